@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Create .venv with turbofeed installed editable. PyTorch is pinned first so pip takes
+# the CPU build (and never resolves a bare `torch` to a multi-GB CUDA build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check "torch==${TURBOFEED_TORCH_VERSION:-2.13.0}"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"

@@ -1,0 +1,41 @@
+"""Header-only sniffing: format and size without decoding pixels."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import simplejpeg
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    height: int
+    width: int
+    format: str  # "jpeg" or Pillow's format name, lower case
+
+
+def is_jpeg(data: bytes) -> bool:
+    return data[:3] == b"\xff\xd8\xff"
+
+
+def probe(data: bytes) -> ImageInfo:
+    """Read the image size from the header.
+
+    Raises:
+        ValueError: the bytes are empty or no known image format.
+    """
+    if not data:
+        raise ValueError("empty file (0 bytes)")
+    if is_jpeg(data):
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            return ImageInfo(height, width, "jpeg")
+        except ValueError:
+            pass  # let Pillow try, it knows a few more JPEG variants (e.g. 12-bit)
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return ImageInfo(im.height, im.width, (im.format or "unknown").lower())
+    except Exception as exc:  # Pillow raises many types for rubbish input
+        raise ValueError(f"not a readable image ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,238 @@
+"""WebDataset tar shards: an index of member offsets built once, then one pread per sample.
+
+The index is built from the 512-byte headers only (``tarfile`` seeks over payloads);
+small label members are read while indexing so labels cost no I/O later. It is cached
+as JSON under the cache directory, keyed by the shard's absolute path and checked
+against its size and modification time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tarfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DatasetError
+from .table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member
+
+log = logging.getLogger("turbofeed")
+
+INDEX_VERSION = 1
+_MAX_LABEL_BYTES = 64 * 1024
+
+
+def default_cache_dir() -> str:
+    """``$TURBOFEED_CACHE_DIR`` or ``~/.cache/turbofeed``."""
+    return os.environ.get("TURBOFEED_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "turbofeed")
+
+
+@dataclass
+class TarDamage:
+    """Where a shard stops being readable; members before ``offset`` are indexed."""
+
+    offset: int
+    reason: str
+
+
+class _FdCache:
+    """Open file descriptors for positional reads, at most ``max_open`` at a time.
+
+    Datasets can have thousands of shards; keeping every one open would hit the
+    process's file limit, reopening on every read costs a syscall pair on network
+    file systems.
+    """
+
+    def __init__(self, max_open: int = 128) -> None:
+        self._max_open = max_open
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def pread(self, path: str, size: int, offset: int) -> bytes:
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = os.open(path, os.O_RDONLY)
+                self._fds[path] = fd
+                while len(self._fds) > self._max_open:
+                    os.close(self._fds.popitem(last=False)[1])
+            else:
+                self._fds.move_to_end(path)
+            # Hold a dup so an eviction by another thread cannot close it under us.
+            fd = os.dup(fd)
+        try:
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
+    def close(self, path: str | None = None) -> None:
+        with self._lock:
+            paths = list(self._fds) if path is None else [path]
+            for p in paths:
+                fd = self._fds.pop(p, None)
+                if fd is not None:
+                    os.close(fd)
+
+
+_FDS = _FdCache()
+
+
+def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """Read member (name, data offset, size) from the headers; stop at the first damage."""
+    members: list[tuple[str, int, int]] = []
+    damage = None
+    file_size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        magic = f.read(2)
+        if magic == b"\x1f\x8b":
+            raise DatasetError(f"{path}: gzip-compressed tar; turbofeed reads plain tar shards "
+                               "(decompress it once with `gunzip`)")
+        f.seek(0)
+        try:
+            tf = tarfile.open(fileobj=f, mode="r:")
+        except tarfile.TarError as exc:
+            if file_size == 0:
+                return members, None
+            raise DatasetError(f"{path}: not a tar file ({exc})") from exc
+        try:
+            for info in tf:
+                if not info.isfile():
+                    continue
+                end = info.offset_data + info.size
+                if end > file_size:
+                    damage = TarDamage(info.offset, f"member {info.name!r} needs bytes up to "
+                                       f"{end} but the file ends at {file_size}")
+                    break
+                members.append((info.name, info.offset_data, info.size))
+        except tarfile.TarError as exc:
+            damage = TarDamage(tf.offset, f"unreadable tar header ({exc})")
+    return members, damage
+
+
+def _build_index(path: str) -> dict:
+    members, damage = _scan(path)
+    names = [m[0] for m in members]
+    rows, problems = [], []
+    for key, group in group_members(names).items():
+        image = pick_image(group)
+        if image is None:
+            problems.append((key, f"no image member (has {sorted(group)})"))
+            continue
+        label_raw = None
+        found = pick_label_member(group)
+        if found is not None:
+            ext, i = found
+            _, offset, size = members[i]
+            if size > _MAX_LABEL_BYTES:
+                problems.append((key, f"label member .{ext} is {size} bytes"))
+                continue
+            label_raw = [ext, _FDS.pread(path, size, offset).decode("utf-8", "replace")]
+        name, offset, size = members[image]
+        rows.append([key, name, offset, size, label_raw])
+    stat = os.stat(path)
+    return {
+        "version": INDEX_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+        "rows": rows, "problems": problems,
+        "damage": None if damage is None else [damage.offset, damage.reason],
+    }
+
+
+def _cache_path(cache_dir: str, path: str) -> str:
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
+    return os.path.join(cache_dir, "tar-index", f"{digest}.json")
+
+
+def load_index(path: str, cache_dir: str | None = None) -> dict:
+    """Return the shard's index, from the cache when it matches the file, else built and cached."""
+    cache_dir = cache_dir or default_cache_dir()
+    cached = _cache_path(cache_dir, path)
+    stat = os.stat(path)
+    try:
+        with open(cached) as f:
+            index = json.load(f)
+        if (index.get("version"), index.get("size"), index.get("mtime_ns")) == (
+                INDEX_VERSION, stat.st_size, stat.st_mtime_ns):
+            return index
+    except (OSError, ValueError):
+        pass
+    index = _build_index(path)
+    try:  # a read-only or full cache dir only costs a rebuild next time
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(index, f)
+        os.replace(tmp, cached)  # atomic publish: readers never see half an index
+    except OSError as exc:
+        log.debug("turbofeed: cannot cache tar index of %s: %s", path, exc)
+    return index
+
+
+def _label_of(raw: list | None) -> tuple[Label, str | None]:
+    if raw is None:
+        return None, None
+    ext, text = raw
+    try:
+        return parse_label(ext, text.encode()), None
+    except ValueError as exc:
+        return None, f"bad .{ext} label: {exc}"
+
+
+class TarSource:
+    """One WebDataset tar shard.
+
+    Args:
+        path: the shard.
+        on_damage: ``"raise"`` to fail on a truncated or corrupt shard with the file
+            and byte offset; ``"skip"`` to keep the samples before the damage and log
+            a warning.
+        cache_dir: where the index is cached (default :func:`default_cache_dir`).
+    """
+
+    def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None) -> None:
+        self.path = path
+        index = load_index(path, cache_dir)
+        self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
+        if self.damage is not None:
+            message = f"{path}: truncated or corrupt at byte offset {self.damage.offset}: " \
+                      f"{self.damage.reason}"
+            if on_damage == "raise":
+                raise DatasetError(message)
+            log.warning("turbofeed: %s; using the %d samples before it", message,
+                        len(index["rows"]))
+        table = SampleTable(problems=[tuple(p) for p in index["problems"]])
+        offsets, sizes = [], []
+        for key, name, offset, size, label_raw in index["rows"]:
+            label, problem = _label_of(label_raw)
+            if problem is not None:
+                table.problems.append((key, problem))
+                continue
+            table.keys.append(key)
+            table.image_names.append(name)
+            table.labels.append(label)
+            offsets.append(offset)
+            sizes.append(size)
+        table.offsets = np.asarray(offsets, dtype=np.int64)
+        table.sizes = np.asarray(sizes, dtype=np.int64)
+        self.table = table
+
+    def read(self, i: int) -> bytes:
+        """Encoded bytes of sample ``i`` with one positional read (releases the GIL)."""
+        size = int(self.table.sizes[i])
+        data = _FDS.pread(self.path, size, int(self.table.offsets[i]))
+        if len(data) != size:
+            raise OSError(f"short read: {len(data)} of {size} bytes at offset "
+                          f"{int(self.table.offsets[i])} (file changed since indexing?)")
+        return data
+
+    def close(self) -> None:
+        _FDS.close(self.path)
+
+    def __repr__(self) -> str:
+        return f"TarSource({self.path!r}, samples={len(self.table)})"

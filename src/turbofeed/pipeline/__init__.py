@@ -1,0 +1,7 @@
+"""Executor, batch buffers, the bad-sample policy and the sample-level Pipeline."""
+
+from .policy import ON_ERROR, ErrorPolicy
+from .samples import Pipeline, Sample
+from .stats import Stats
+
+__all__ = sorted(["ON_ERROR", "ErrorPolicy", "Pipeline", "Sample", "Stats"])

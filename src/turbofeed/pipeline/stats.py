@@ -1,0 +1,68 @@
+"""Counters and per-stage timers a loader exposes as ``loader.stats``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+STAGES = ("fetch", "decode.cpu", "augment", "collate", "wait")
+
+
+@dataclass
+class Stats:
+    """What happened so far (since the loader was built).
+
+    Attributes:
+        samples: samples delivered in batches.
+        batches: batches delivered.
+        errors: bad samples per stage (``fetch``, ``decode.cpu``, ``augment``).
+        replaced: bad samples whose slot got the next good sample (``on_error="replace"``).
+        skipped: bad samples dropped from their batch (``on_error="skip"``).
+        skipped_at_index: samples left out while indexing (no image member, bad label).
+        damaged_shards: shards truncated or corrupt, used up to the damage.
+        seconds: worker-thread seconds per stage (summed over threads) and the caller's
+            ``wait`` for batches: the profile that shows the bottleneck.
+    """
+
+    samples: int = 0
+    batches: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    replaced: int = 0
+    skipped: int = 0
+    skipped_at_index: int = 0
+    damaged_shards: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def add_times(self, **seconds: float) -> None:
+        with self._lock:
+            for stage, s in seconds.items():
+                self.seconds[stage.replace("_", ".")] += s
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def count_error(self, stage: str) -> None:
+        with self._lock:
+            self.errors[stage] = self.errors.get(stage, 0) + 1
+
+    def as_dict(self) -> dict:
+        """A JSON-safe copy."""
+        with self._lock:
+            return {
+                "samples": self.samples, "batches": self.batches, "errors": dict(self.errors),
+                "replaced": self.replaced, "skipped": self.skipped,
+                "skipped_at_index": self.skipped_at_index,
+                "damaged_shards": list(self.damaged_shards),
+                "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+            }
+
+    def profile(self) -> str:
+        """One line per stage: seconds and share of the total, biggest first."""
+        d = self.as_dict()["seconds"]
+        total = sum(d.values()) or 1.0
+        rows = sorted(d.items(), key=lambda kv: -kv[1])
+        return "\n".join(f"{k:<11} {v:9.3f} s {100 * v / total:5.1f}%" for k, v in rows)

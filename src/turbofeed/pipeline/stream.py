@@ -1,0 +1,188 @@
+"""Run an epoch plan through worker threads, batch by batch, in order.
+
+Invariant: at most ``prefetch`` batches are in flight (submitted, not yet handed to
+the caller), so memory is bounded by ``prefetch`` slots plus the ones the caller holds.
+The order of samples inside a batch is fixed by the plan, never by thread timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatasetError, SampleError
+from ..plan import EpochPlan
+from .executor import WorkerPool
+from .policy import ErrorPolicy
+
+_POLL_S = 0.1
+# "replace" tries this many following samples before declaring the data unusable.
+MAX_REPLACEMENT_TRIES = 64
+
+Fill = Callable[[int, Any, int], None]  # (sample id, slot, index in batch) -> None
+
+
+class Job:
+    """One batch in flight: which positions, which slot, and how many are left."""
+
+    def __init__(self, index: int, positions: range, slot: Any) -> None:
+        self.index = index
+        self.positions = positions
+        self.slot = slot
+        self.ids = np.full(len(positions), -1, dtype=np.int64)  # sample id that filled each slot
+        self.ok = np.ones(len(positions), dtype=bool)
+        self.error: BaseException | None = None
+        self._remaining = len(positions)
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+
+    def finish_one(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self.done.set()
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+class _Runner:
+    """What the worker threads run. Holds no reference to the :class:`BatchStream`, so
+    dropping the stream (``break``, garbage collection) lets its finalizer stop them."""
+
+    def __init__(self, plan: EpochPlan, fill: Fill, policy: ErrorPolicy) -> None:
+        self.plan = plan
+        self.fill = fill
+        self.policy = policy
+        self.stop = threading.Event()
+
+    def run(self, task: tuple[Job, int]) -> None:
+        job, j = task
+        try:
+            if job.error is None and not self.stop.is_set():
+                self._fill_position(job, j)
+        except BaseException as exc:  # travels to the caller's thread through the job
+            job.fail(exc)
+        finally:
+            job.finish_one()
+
+    def _fill_position(self, job: Job, j: int) -> None:
+        order = self.plan.order
+        position = job.positions[j]
+        try:
+            gid = int(order[position])
+            self.fill(gid, job.slot, j)
+            job.ids[j] = gid
+            return
+        except SampleError as err:
+            self.policy.record(err)
+            if self.policy.mode == "raise":
+                raise
+            if self.policy.mode == "skip":
+                job.ok[j] = False
+                self.policy.stats.count("skipped")
+                return
+            first = err
+        tries = self.plan.replacement_positions(position)[:MAX_REPLACEMENT_TRIES]
+        for p in tries:
+            gid = int(order[p % len(order)])
+            try:
+                self.fill(gid, job.slot, j)
+            except SampleError as err:
+                self.policy.record(err)
+                continue
+            job.ids[j] = gid
+            self.policy.stats.count("replaced")
+            return
+        raise DatasetError(f"no good sample among the {len(tries)} after a bad one ({first}); "
+                           "the dataset looks mostly unreadable") from first
+
+
+def _shutdown(runner: _Runner, pool: WorkerPool) -> None:
+    runner.stop.set()
+    pool.close()
+
+
+class BatchStream:
+    """Iterator of finished :class:`Job` objects for batches ``start .. len(plan)-1``.
+
+    Args:
+        plan: this rank's epoch.
+        fill: loads sample ``id`` into ``slot`` at index ``j``; raises
+            :class:`SampleError` for a bad sample.
+        acquire: returns an empty slot for a new batch.
+        policy: what a bad sample does.
+        start: first batch to produce (resume).
+        num_workers: worker threads.
+        prefetch: batches in flight.
+    """
+
+    def __init__(self, plan: EpochPlan, fill: Fill, acquire: Callable[[], Any], policy: ErrorPolicy,
+                 *, start: int = 0, num_workers: int = 4, prefetch: int = 2, stage: str = "decode.cpu") -> None:
+        self._plan = plan
+        self._acquire = acquire
+        self._stats = policy.stats
+        self._next = start
+        self._end = len(plan)
+        self._prefetch = max(1, prefetch)
+        self._inflight: deque[Job] = deque()
+        self._pool: WorkerPool | None = None
+        if self._next < self._end:
+            runner = _Runner(plan, fill, policy)
+            self._pool = WorkerPool(runner.run, num_workers, stage)
+            # Break, Ctrl-C or garbage collection: threads stop without the caller asking.
+            self._finalizer = weakref.finalize(self, _shutdown, runner, self._pool)
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> Job:
+        try:
+            return self._next_job()
+        except BaseException:
+            self.close()
+            raise
+
+    def _next_job(self) -> Job:
+        while self._next < self._end and len(self._inflight) < self._prefetch:
+            self._submit(self._next)
+            self._next += 1
+        if not self._inflight:
+            self.close()
+            raise StopIteration
+        job = self._inflight[0]
+        started = time.perf_counter()
+        while not job.done.wait(_POLL_S):
+            if self._pool is None or not self._pool.alive():
+                raise RuntimeError("turbofeed: worker threads stopped before the batch was done")
+        self._stats.add_times(wait=time.perf_counter() - started)
+        self._inflight.popleft()
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def _submit(self, index: int) -> None:
+        positions = self._plan.batch_positions(index)
+        job = Job(index, positions, self._acquire())
+        self._inflight.append(job)
+        for j in range(len(positions)):
+            self._pool.submit((job, j))
+
+    def close(self) -> None:
+        """Stop the workers and drop batches in flight; idempotent, never hangs."""
+        self._next = self._end
+        self._inflight.clear()
+        if self._pool is not None:
+            self._finalizer()

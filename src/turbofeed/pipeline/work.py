@@ -1,0 +1,100 @@
+"""What a worker does for one sample: fetch -> probe -> window -> decode -> resample -> write."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..decode import decode, probe
+from ..errors import SampleError
+from ..io import Dataset
+from ..transforms import Compose, resample, write_slot
+from .buffers import Slot
+from .stats import Stats
+
+
+@dataclass
+class Decoded:
+    """One sample's pixels (HWC) before they go into a slot."""
+
+    pixels: np.ndarray
+    flip: bool
+    label: int
+
+
+class SampleWork:
+    """Loads samples of ``dataset`` for one epoch; every failure becomes a :class:`SampleError`
+    naming shard, key and stage. Thread-safe: holds no per-sample state.
+
+    The random crop and flip of a sample come from ``(seed, epoch, sample id)``, so they
+    do not depend on which thread runs it, and a resumed run sees the same pixels.
+    """
+
+    def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
+                 seed: int, epoch: int) -> None:
+        self.dataset = dataset
+        self.transform = transform
+        self.stats = stats
+        self.seed = seed
+        self.epoch = epoch
+
+    def _error(self, gid: int, stage: str, exc: BaseException) -> SampleError:
+        shard, key = self.dataset.describe(gid)
+        return SampleError(shard, key, stage, str(exc) or type(exc).__name__)
+
+    def fetch(self, gid: int) -> bytes:
+        started = time.perf_counter()
+        try:
+            data = self.dataset.read(gid)
+        except Exception as exc:
+            raise self._error(gid, "fetch", exc) from exc
+        self.stats.add_times(fetch=time.perf_counter() - started)
+        return data
+
+    def load(self, gid: int) -> Decoded:
+        """Fetch, decode and resample one sample (no flip applied yet)."""
+        data = self.fetch(gid)
+        started = time.perf_counter()
+        stage = "decode.cpu"
+        try:
+            window = None
+            if self.transform is not None:
+                info = probe(data)  # the crop window comes from the header, before decoding
+                window = self.transform.window(info.height, info.width, self._rng(gid))
+            image = decode(data)
+            decoded = time.perf_counter()
+            stage = "augment"
+            flip = False
+            if window is not None:
+                if image.shape[:2] != (info.height, info.width):  # header lied; trust pixels
+                    window = self.transform.window(*image.shape[:2], self._rng(gid))
+                image, flip = resample(image, window), window.flip
+        except SampleError:
+            raise
+        except Exception as exc:
+            raise self._error(gid, stage, exc) from exc
+        done = time.perf_counter()
+        self.stats.add_times(decode_cpu=decoded - started, augment=done - decoded)
+        return Decoded(image, flip, int(self.dataset.labels[gid]))
+
+    def _rng(self, gid: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, gid])
+
+    def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
+        """Load sample ``gid`` straight into ``slot.images[j]``."""
+        sample = self.load(gid)
+        started = time.perf_counter()
+        try:
+            out = slot.images[j]
+            expected = out.shape[1:] if channels_first else out.shape[:2]
+            if sample.pixels.shape[:2] != tuple(expected):
+                raise ValueError(f"image is {sample.pixels.shape[:2]} but the batch holds "
+                                 f"{tuple(expected)}; add a crop or a fixed Resize((h, w))")
+            write_slot(sample.pixels, out, flip=sample.flip, channels_first=channels_first,
+                       output=self.transform.output if self.transform else None)
+            slot.labels[j] = sample.label
+        except Exception as exc:
+            raise self._error(gid, "collate", exc) from exc
+        self.stats.add_times(collate=time.perf_counter() - started)

@@ -1,0 +1,61 @@
+"""Where this process sits in a distributed job: rank, world size, local rank."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+# Checked in order after explicit arguments and torch.distributed:
+# torchrun/Kubeflow, SLURM, Horovod (gloo/mpi launchers), Open MPI, MPICH/PMI.
+_ENV_SCHEMES = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    source: str  # "arguments", "torch.distributed", "torchrun", "slurm", ... or "single"
+
+
+def detect(rank: int | None = None, world_size: int | None = None,
+           local_rank: int | None = None) -> DistEnv:
+    """Rank, world size and local rank from, in order: explicit arguments, an initialised
+    ``torch.distributed``, torchrun/Kubeflow, SLURM, Horovod, Open MPI, PMI variables.
+
+    Raises:
+        ValueError: the values found are inconsistent (rank outside the world size).
+    """
+    if rank is not None and world_size is not None:
+        env = DistEnv(rank, world_size, 0 if local_rank is None else local_rank, "arguments")
+    else:
+        env = _from_torch() or _from_environ() or DistEnv(0, 1, 0, "single")
+        if local_rank is not None:
+            env = DistEnv(env.rank, env.world_size, local_rank, env.source)
+    if env.world_size < 1 or not 0 <= env.rank < env.world_size:
+        raise ValueError(f"rank {env.rank} is not in [0, world_size={env.world_size}) "
+                         f"(from {env.source})")
+    return env
+
+
+def _from_torch() -> DistEnv | None:
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    return DistEnv(dist.get_rank(), dist.get_world_size(), local, "torch.distributed")
+
+
+def _from_environ() -> DistEnv | None:
+    for name, rank_var, size_var, local_var in _ENV_SCHEMES:
+        if rank_var in os.environ and size_var in os.environ:
+            return DistEnv(int(os.environ[rank_var]), int(os.environ[size_var]),
+                           int(os.environ.get(local_var, 0)), name)
+    return None

@@ -1,0 +1,290 @@
+"""``turbofeed.DataLoader``: tar shards or image folders to (images, labels) tensors."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..io import Dataset
+from ..io.paths import PathSpec
+from ..pipeline.buffers import Slot, SlotPool, make_array
+from ..pipeline.policy import ErrorPolicy
+from ..pipeline.stats import Stats
+from ..pipeline.stream import BatchStream, Job
+from ..pipeline.work import SampleWork
+from ..plan import check_state, count_batches, make_epoch_plan, make_state, plan_fingerprint
+from ..transforms import Compose
+from .device import CudaDelivery, apply_output, gpu_available
+from .env import detect
+
+log = logging.getLogger("turbofeed")
+
+
+class DataLoader:
+    """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
+
+    Args:
+        data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
+            a folder of ``.tar`` shards, or an ImageFolder root.
+        batch_size: samples per batch.
+        num_workers: worker threads (decode and resize release the GIL).
+        shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
+        seed: the seed of the order and of the random augmentations.
+        drop_last: drop the last partial batch (and, distributed, the uneven tail).
+        transform: a :class:`turbofeed.transforms.Compose` (or a list of its ops). With
+            a fixed output size, images come as one ``(N, 3, H, W)`` tensor, uint8 unless
+            the transform ends with ``Normalize``/``ToDtype``; without one, as a list of
+            ``(3, H, W)`` uint8 tensors.
+        enable_distributed: split the data across ranks; rank and world size come from
+            ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
+            MPI variables.
+        rank, world_size: explicit distributed position.
+        device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
+            the GPU (uint8 copied asynchronously, normalised there).
+        pin_memory: page-locked host batches; default: when delivering to CUDA.
+        channels_last: images in NHWC memory order (shape still NCHW).
+        prefetch: batches decoded ahead of the one being consumed.
+        on_error: ``"replace"`` (default), ``"skip"`` or ``"raise"``: see
+            :class:`turbofeed.pipeline.ErrorPolicy`. With ``"raise"`` a damaged tar
+            also raises at construction.
+        gpu_decode: decode with nvJPEG; falls back to the CPU with one warning when
+            unavailable (counted in ``stats.errors["gpu_fallback"]``).
+        cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
+
+    Example::
+
+        loader = turbofeed.DataLoader("data/shard-{000000..000009}.tar", batch_size=256,
+                                      shuffle=True, transform=turbofeed.transforms.imagenet_train(224))
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            for images, labels in loader:   # uint8 (256, 3, 224, 224), int64 (256,)
+                ...
+    """
+
+    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
+                 *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
+                 enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
+                 device: str | torch.device | None = None, pin_memory: bool | None = None,
+                 channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
+                 gpu_decode: bool = False, cache_dir: str | None = None) -> None:
+        self.stats = Stats()
+        self._policy = ErrorPolicy(on_error, self.stats)
+        if batch_size < 1 or num_workers < 1:
+            raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        self.dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip",
+                               cache_dir=cache_dir)
+        self.stats.skipped_at_index = len(self.dataset.problems)
+        self.stats.damaged_shards = list(self.dataset.damaged)
+        if isinstance(transform, (list, tuple)):
+            transform = Compose(transform)
+        self.transform = transform
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.prefetch = prefetch
+        self.channels_last = channels_last
+        if enable_distributed or rank is not None or world_size is not None:
+            env = detect(rank, world_size)
+        else:
+            env = detect(0, 1)
+        self.rank, self.world_size = env.rank, env.world_size
+        self.device = None if device is None or str(device) == "cpu" else torch.device(device)
+        if self.device is not None and self.device.type == "cuda" and not gpu_available():
+            raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
+        self.pin_memory = (self.device is not None) if pin_memory is None else pin_memory
+        if self.pin_memory and not gpu_available():
+            self.pin_memory = False  # page-locking needs the CUDA runtime
+        if gpu_decode:
+            warnings.warn("turbofeed: gpu_decode=True: nvJPEG decoding is not in this build; "
+                          "decoding on the CPU", RuntimeWarning, stacklevel=2)
+            self.stats.count_error("gpu_fallback")
+        self._epoch = 0
+        self._batches_done = 0  # of self._epoch, for state_dict
+        self._fingerprint = plan_fingerprint(
+            dataset=self.dataset.fingerprint_fields(), batch_size=batch_size, shuffle=shuffle,
+            drop_last=drop_last)
+        self._active: weakref.ref | None = None
+        if len(self) == 0:
+            raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
+                             f"has {self._per_rank()} samples")
+        self._pools: dict[tuple, SlotPool] = {}
+
+    # -- sizes -------------------------------------------------------------------------
+    def _per_rank(self) -> int:
+        n, w = self.dataset.num_samples, self.world_size
+        return n // w if self.drop_last else -(-n // w)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (the same on every rank)."""
+        return count_batches(self._per_rank(), self.batch_size, self.drop_last)
+
+    @property
+    def num_samples(self) -> int:
+        return self.dataset.num_samples
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self.dataset.class_names
+
+    # -- epochs and resume -------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order next (every rank must pass the same value)."""
+        if epoch != self._epoch:
+            self._batches_done = 0
+        self._epoch = int(epoch)
+
+    def state_dict(self) -> dict:
+        """Where the next iteration starts: a small JSON-safe dict (see ``load_state_dict``)."""
+        return make_state(epoch=self._epoch, batches_done=self._batches_done, seed=self.seed,
+                          world_size=self.world_size, plan=self._fingerprint)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where ``state`` was taken: the next iteration yields the
+        remaining batches of that epoch.
+
+        Raises:
+            ValueError: naming the field that does not match (dataset, seed, world size).
+        """
+        check_state(state, seed=self.seed, world_size=self.world_size, plan=self._fingerprint)
+        self._epoch = state["epoch"]
+        self._batches_done = min(state["batches_done"], len(self))
+
+    # -- iteration ---------------------------------------------------------------------
+    def _slot_pool(self, output_dtype: np.dtype) -> SlotPool:
+        h, w = self.transform.size
+        shape = (self.batch_size, h, w, 3) if self.channels_last else (self.batch_size, 3, h, w)
+
+        def make() -> Slot:
+            return Slot(make_array(shape, output_dtype, self.pin_memory),
+                        np.empty(self.batch_size, dtype=np.int64))
+        key = (shape, output_dtype.name)
+        if key not in self._pools:
+            self._pools[key] = SlotPool(make, capacity=self.prefetch + 2)
+        return self._pools[key]
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        previous = self._active() if self._active else None
+        if previous is not None:
+            previous.close()  # one live iteration per loader, like a torch DataLoader
+        if self._batches_done >= len(self):  # finished epoch: move on unless set_epoch said otherwise
+            self._epoch += 1
+            self._batches_done = 0
+        it = _LoaderIterator(self)
+        self._active = weakref.ref(it)
+        return it
+
+    def profile(self) -> str:
+        """Seconds per stage so far, biggest first: where the time goes."""
+        return self.stats.profile()
+
+    def close(self) -> None:
+        previous = self._active() if self._active else None
+        if previous is not None:
+            previous.close()
+        self.dataset.close()
+
+    def __repr__(self) -> str:
+        return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
+                f"rank={self.rank}/{self.world_size}, workers={self.num_workers}, transform={self.transform!r})")
+
+
+class _LoaderIterator:
+    """One pass over the rest of an epoch. Closing it (or dropping it) stops its threads."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+        self.epoch = loader._epoch
+        transform = loader.transform
+        fixed = transform is not None and transform.size is not None
+        # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
+        self.device_output = transform.output if (fixed and loader.device is not None) else None
+        worker_transform = transform
+        if self.device_output is not None:
+            worker_transform = Compose([op for op in transform.ops if getattr(op, "spec", None) is None])
+        plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
+                               epoch=self.epoch, shuffle=loader.shuffle, rank=loader.rank,
+                               world_size=loader.world_size, drop_last=loader.drop_last)
+        work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=self.epoch)
+        self.fixed = fixed
+        if fixed:
+            dtype = np.dtype(np.uint8) if worker_transform.output is None else worker_transform.output.dtype
+            pool = loader._slot_pool(dtype)
+            channels_first = not loader.channels_last
+
+            def fill(gid: int, slot: Slot, j: int) -> None:
+                work.into_slot(gid, slot, j, channels_first=channels_first)
+            acquire = pool.acquire
+            self.pool = pool
+        else:
+            def fill(gid: int, slot: list, j: int) -> None:
+                sample = work.load(gid)
+                pixels = sample.pixels[:, ::-1] if sample.flip else sample.pixels
+                slot[j] = (np.ascontiguousarray(pixels.transpose(2, 0, 1)), sample.label)
+
+            def acquire() -> list:
+                return [None] * loader.batch_size
+            self.pool = None
+        self.stream = BatchStream(plan, fill, acquire, loader._policy, start=loader._batches_done,
+                                  num_workers=loader.num_workers, prefetch=loader.prefetch)
+        self.cuda = CudaDelivery(loader.device) if loader.device is not None and loader.device.type == "cuda" else None
+        self._held: tuple[Slot, Any] | None = None  # slot whose async copy may still run
+
+    def __iter__(self) -> "_LoaderIterator":
+        return self
+
+    def __next__(self) -> tuple[Any, Any]:
+        self._release_held()
+        if self.loader._epoch != self.epoch:
+            self.close()  # set_epoch was called mid-epoch: this pass is over
+            raise StopIteration
+        job = next(self.stream)
+        batch = self._to_tensors(job)
+        self.loader._batches_done = job.index + 1
+        stats = self.loader.stats
+        stats.count("batches")
+        stats.count("samples", len(batch[1]))
+        return batch
+
+    def _to_tensors(self, job: Job) -> tuple[Any, Any]:
+        keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"
+        if not self.fixed:
+            items = [job.slot[i] for i in keep]
+            return ([torch.from_numpy(img) for img, _ in items],
+                    torch.tensor([label for _, label in items], dtype=torch.int64))
+        slot: Slot = job.slot
+        n = len(job)
+        if len(keep) < n:
+            slot.images[:len(keep)] = slot.images[keep]
+            slot.labels[:len(keep)] = slot.labels[keep]
+            n = len(keep)
+        images = torch.from_numpy(slot.images[:n])
+        labels = torch.from_numpy(slot.labels[:n].copy())
+        if self.loader.channels_last:
+            images = images.permute(0, 3, 1, 2)  # NCHW shape over NHWC memory
+        if self.cuda is not None:
+            images, labels, done = self.cuda.copy(images, labels, self.device_output)
+            self._held = (slot, done)
+        else:
+            images = apply_output(images, self.device_output)
+            self.pool.release(slot)  # reused only once the caller drops these tensors
+        return images, labels
+
+    def _release_held(self) -> None:
+        if self._held is not None:
+            slot, done = self._held
+            done.synchronize()  # the host slot is free once its copy to the GPU finished
+            self.pool.release(slot)
+            self._held = None
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __del__(self) -> None:
+        self.stream.close()

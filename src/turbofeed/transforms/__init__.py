@@ -1,0 +1,14 @@
+"""Augmentations. The crop window is chosen from the image header before decoding, and
+each image is resampled once into its batch slot."""
+
+from .compose import Compose
+from .geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Window
+from .output import IMAGENET_MEAN, IMAGENET_STD, Normalize, ToDtype
+from .presets import imagenet_eval, imagenet_train
+from .render import resample, write_slot
+
+__all__ = sorted([
+    "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
+    "RandomResizedCrop", "Resize", "ToDtype", "Window", "imagenet_eval", "imagenet_train",
+    "resample", "write_slot",
+])

@@ -1,0 +1,65 @@
+"""A transform recipe: geometric ops, an optional flip, an optional output op."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .geometry import CenterCrop, GeometricOp, RandomHorizontalFlip, RandomResizedCrop, Resize, View, Window
+from .output import Normalize, OutputSpec, ToDtype
+
+
+class Compose:
+    """An ordered list of turbofeed transforms, applied as one resample per image.
+
+    Geometric ops (:class:`Resize`, :class:`CenterCrop`, :class:`RandomResizedCrop`)
+    and :class:`RandomHorizontalFlip` may come in any order; :class:`Normalize` or
+    :class:`ToDtype` may only come last. Example::
+
+        Compose([Resize(256), CenterCrop(224), Normalize()])  # float32 (3, 224, 224)
+
+    Attributes:
+        size: (height, width) every output has, or None when it varies per image
+            (no crop and no fixed ``Resize((h, w))`` last).
+        output: the :class:`OutputSpec`, or None for uint8 output.
+    """
+
+    def __init__(self, ops: Sequence[object]) -> None:
+        self.ops = list(ops)
+        self.geometry: list[GeometricOp] = []
+        self.flip_p = 0.0
+        self.output: OutputSpec | None = None
+        size = None
+        for i, op in enumerate(self.ops):
+            if isinstance(op, (Normalize, ToDtype)):
+                if i != len(self.ops) - 1:
+                    raise ValueError(f"{op!r} must be the last transform")
+                self.output = op.spec
+            elif isinstance(op, RandomHorizontalFlip):
+                self.flip_p = 1 - (1 - self.flip_p) * (1 - op.p)  # two flips compose
+            elif isinstance(op, GeometricOp):
+                self.geometry.append(op)
+                if isinstance(op, (CenterCrop, RandomResizedCrop)):
+                    size = op.size
+                elif isinstance(op, Resize):
+                    size = None if isinstance(op.size, int) else tuple(op.size)
+            else:
+                raise TypeError(f"{op!r} is not a turbofeed transform; use the ops of "
+                                "turbofeed.transforms (they run in one resample per image)")
+        self.size = size
+
+    def window(self, height: int, width: int, rng: np.random.Generator) -> Window:
+        """Choose the crop window for an image of ``height x width`` (from its header)."""
+        view = View.of_image(height, width)
+        for op in self.geometry:
+            view = op.apply(view, rng)
+        flip = self.flip_p > 0 and rng.random() < self.flip_p
+        return Window(view.box, view.height, view.width, flip)
+
+    @property
+    def random(self) -> bool:
+        return self.flip_p > 0 or any(isinstance(op, RandomResizedCrop) for op in self.geometry)
+
+    def __repr__(self) -> str:
+        return "Compose([" + ", ".join(map(repr, self.ops)) + "])"

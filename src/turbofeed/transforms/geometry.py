@@ -1,0 +1,165 @@
+"""Geometric transforms composed into one crop window, chosen from the image header.
+
+Every geometric op maps a *view* (a box in source pixel coordinates and the size the
+view has at this point of the pipeline) to a new view. ``Resize(256)`` then
+``CenterCrop(224)`` therefore ends as one box of the source image and one output
+size, so the image is resampled once, and the box is known before decoding (the
+decoder may skip what lies outside it).
+
+Parameter semantics follow torchvision (``RandomResizedCrop.get_params``, integer
+crop offsets, ``round`` for centre crops), so recipes port unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class View:
+    """A box ``(x0, y0, x1, y1)`` of the source image seen at ``height x width`` pixels."""
+
+    box: tuple[float, float, float, float]
+    height: int
+    width: int
+
+    @classmethod
+    def of_image(cls, height: int, width: int) -> "View":
+        return cls((0.0, 0.0, float(width), float(height)), height, width)
+
+    def sub(self, top: float, left: float, height: int, width: int) -> "View":
+        """The part ``[top, top+height) x [left, left+width)`` of this view, same scale."""
+        x0, y0, x1, y1 = self.box
+        sx, sy = (x1 - x0) / self.width, (y1 - y0) / self.height
+        return View((x0 + left * sx, y0 + top * sy, x0 + (left + width) * sx,
+                     y0 + (top + height) * sy), height, width)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one sample needs: the source box, the output size, and whether to flip."""
+
+    box: tuple[float, float, float, float]
+    height: int
+    width: int
+    flip: bool = False
+
+
+def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    if len(size) != 2:
+        raise ValueError(f"size must be an int or (height, width), got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+class GeometricOp:
+    """Base of the ops that move the view. Subclasses implement :meth:`apply`."""
+
+    def apply(self, view: View, rng: np.random.Generator) -> View:
+        raise NotImplementedError(f"{type(self).__name__} must implement apply()")
+
+
+class Resize(GeometricOp):
+    """Resize to ``size``: an int sets the shorter side (aspect kept, torchvision's
+    truncation of the longer side); ``(height, width)`` sets both."""
+
+    def __init__(self, size: int | tuple[int, int]) -> None:
+        self.size = size
+
+    def apply(self, view: View, rng: np.random.Generator) -> View:
+        if isinstance(self.size, int):
+            h, w = view.height, view.width
+            short, long = (h, w) if h <= w else (w, h)
+            new_short, new_long = self.size, int(self.size * long / short)
+            h, w = (new_short, new_long) if view.height <= view.width else (new_long, new_short)
+        else:
+            h, w = _pair(self.size)
+        return View(view.box, h, w)
+
+    def __repr__(self) -> str:
+        return f"Resize({self.size!r})"
+
+
+class CenterCrop(GeometricOp):
+    """Crop the centre ``size`` (int or (height, width)).
+
+    A view smaller than the crop is cropped to what exists and later resized up to
+    ``size`` (torchvision would pad with zeros instead).
+    """
+
+    def __init__(self, size: int | tuple[int, int]) -> None:
+        self.size = _pair(size)
+
+    def apply(self, view: View, rng: np.random.Generator) -> View:
+        ch, cw = self.size
+        h, w = min(ch, view.height), min(cw, view.width)
+        top = int(round((view.height - h) / 2.0))
+        left = int(round((view.width - w) / 2.0))
+        cropped = view.sub(top, left, h, w)
+        return View(cropped.box, ch, cw)
+
+    def __repr__(self) -> str:
+        return f"CenterCrop({self.size!r})"
+
+
+class RandomResizedCrop(GeometricOp):
+    """Crop a random area and aspect ratio, then resize to ``size``.
+
+    Args:
+        size: output size, int or (height, width).
+        scale: range of the crop area as a fraction of the image area.
+        ratio: range of the crop aspect ratio (width / height), sampled log-uniformly.
+    """
+
+    def __init__(self, size: int | tuple[int, int], scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError(f"scale and ratio must be (min, max), got {scale}, {ratio}")
+        self.size = _pair(size)
+        self.scale = scale
+        self.ratio = ratio
+
+    def params(self, height: int, width: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
+        """torchvision's ``get_params``: (top, left, crop height, crop width)."""
+        area = height * width
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target_area = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(rng.integers(0, height - h + 1))
+                left = int(rng.integers(0, width - w + 1))
+                return top, left, h, w
+        # Fallback to a central crop with the ratio clamped into range.
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            w, h = width, int(round(width / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            h, w = height, int(round(height * self.ratio[1]))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def apply(self, view: View, rng: np.random.Generator) -> View:
+        top, left, h, w = self.params(view.height, view.width, rng)
+        cropped = view.sub(top, left, h, w)
+        return View(cropped.box, *self.size)
+
+    def __repr__(self) -> str:
+        return f"RandomResizedCrop({self.size!r}, scale={self.scale}, ratio={self.ratio})"
+
+
+class RandomHorizontalFlip:
+    """Mirror left-right with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = p
+
+    def __repr__(self) -> str:
+        return f"RandomHorizontalFlip(p={self.p})"
