@@ -24,7 +24,7 @@ from .table import Label, SampleTable, group_members, parse_label, pick_image, p
 
 log = logging.getLogger("turbofeed")
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: damaged headers detected (indexes of 1 may have missed them)
 _MAX_LABEL_BYTES = 64 * 1024
 
 
@@ -113,6 +113,11 @@ def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
                 members.append((info.name, info.offset_data, info.size))
         except tarfile.TarError as exc:
             damage = TarDamage(tf.offset, f"unreadable tar header ({exc})")
+        if damage is None and tf.offset < file_size:
+            # tarfile stops quietly at a corrupt or cut header; a real end is a zero block
+            f.seek(tf.offset)
+            if f.read(512).strip(b"\0"):
+                damage = TarDamage(tf.offset, "unreadable tar header (bad checksum or cut short)")
     return members, damage
 
 

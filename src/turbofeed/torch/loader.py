@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 import weakref
 from typing import Any, Iterator
@@ -55,6 +56,8 @@ class DataLoader:
         gpu_decode: decode with nvJPEG; falls back to the CPU with one warning when
             unavailable (counted in ``stats.errors["gpu_fallback"]``).
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
+        return_keys: yield ``(images, labels, keys)``, keys being the sample keys
+            (``shard-000003.tar/00001234``) actually delivered, replacements included.
 
     Example::
 
@@ -71,7 +74,7 @@ class DataLoader:
                  enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
-                 gpu_decode: bool = False, cache_dir: str | None = None) -> None:
+                 gpu_decode: bool = False, cache_dir: str | None = None, return_keys: bool = False) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
@@ -90,6 +93,7 @@ class DataLoader:
         self.drop_last = drop_last
         self.prefetch = prefetch
         self.channels_last = channels_last
+        self.return_keys = return_keys
         if enable_distributed or rank is not None or world_size is not None:
             env = detect(rank, world_size)
         else:
@@ -239,18 +243,28 @@ class _LoaderIterator:
     def __iter__(self) -> "_LoaderIterator":
         return self
 
-    def __next__(self) -> tuple[Any, Any]:
+    def __next__(self) -> tuple[Any, ...]:
         self._release_held()
         if self.loader._epoch != self.epoch:
             self.close()  # set_epoch was called mid-epoch: this pass is over
             raise StopIteration
         job = next(self.stream)
         batch = self._to_tensors(job)
+        if self.loader.return_keys:
+            batch = (*batch, self._keys(job))
         self.loader._batches_done = job.index + 1
         stats = self.loader.stats
         stats.count("batches")
         stats.count("samples", len(batch[1]))
         return batch
+
+    def _keys(self, job: Job) -> list[str]:
+        dataset = self.loader.dataset
+        keys = []
+        for gid in job.ids[job.ok]:
+            shard, key = dataset.describe(int(gid))
+            keys.append(f"{os.path.basename(shard)}/{key}")
+        return keys
 
     def _to_tensors(self, job: Job) -> tuple[Any, Any]:
         keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"

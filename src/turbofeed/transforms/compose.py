@@ -37,7 +37,8 @@ class Compose:
                     raise ValueError(f"{op!r} must be the last transform")
                 self.output = op.spec
             elif isinstance(op, RandomHorizontalFlip):
-                self.flip_p = 1 - (1 - self.flip_p) * (1 - op.p)  # two flips compose
+                # flipped iff an odd number of flips fire: two certain flips cancel
+                self.flip_p = self.flip_p + op.p - 2 * self.flip_p * op.p
             elif isinstance(op, GeometricOp):
                 self.geometry.append(op)
                 if isinstance(op, (CenterCrop, RandomResizedCrop)):

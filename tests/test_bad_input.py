@@ -1,0 +1,163 @@
+"""Bad input never crashes, hangs or changes batch shapes silently: it is replaced, skipped
+and counted, or raised with the shard and key, as configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import turbofeed
+from turbofeed import transforms as T
+
+BAD = ("empty", "truncated", "garbage")
+
+
+@pytest.fixture
+def dirty_shard(tmp_path, odd_images, tar_writer):
+    """20 samples: 17 good images of every kind (RGB, gray, CMYK, progressive, PNG) and
+    3 bad ones (zero-byte, truncated JPEG, not an image)."""
+    good_kinds = ["rgb", "gray", "cmyk", "progressive", "png_rgba", "png_palette"]
+    members, bad_keys = [], []
+    for i in range(20):
+        key = f"s{i:03d}"
+        if i in (4, 9, 15):
+            kind = BAD[(4, 9, 15).index(i)]
+            bad_keys.append(key)
+        else:
+            kind = good_kinds[i % len(good_kinds)]
+        ext = "png" if kind.startswith("png") else "jpg"
+        members += [(f"{key}.{ext}", odd_images[kind]), (f"{key}.cls", str(i).encode())]
+    return tar_writer(str(tmp_path / "dirty.tar"), members), bad_keys
+
+
+def test_replace_keeps_batch_shape_and_counts(dirty_shard, caplog):
+    path, bad_keys = dirty_shard
+    loader = turbofeed.DataLoader(path, batch_size=5, num_workers=2, transform=T.imagenet_eval(32),
+                                  return_keys=True)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        batches = list(loader)
+    assert [len(x) for x, _, _ in batches] == [5, 5, 5, 5]
+    keys = [k for _, _, ks in batches for k in ks]
+    assert not any(k.split("/")[1] in bad_keys for k in keys)
+    # Each bad slot holds the next good sample of the order: s005 after s004, etc.
+    assert keys[4] == "dirty.tar/s005" and keys[9] == "dirty.tar/s010" and keys[15] == "dirty.tar/s016"
+    labels = torch.cat([y for _, y, _ in batches]).tolist()
+    assert labels[4] == 5 and labels[15] == 16
+    assert loader.stats.replaced == 3
+    assert sum(loader.stats.errors.values()) == 3
+    for key in bad_keys:
+        assert any(f"dirty.tar/{key}" in r.getMessage() for r in caplog.records), key
+
+
+def test_odd_but_valid_images_come_out_rgb(dirty_shard):
+    path, _ = dirty_shard
+    loader = turbofeed.DataLoader(path, batch_size=20, num_workers=2, on_error="skip")
+    images, labels = next(iter(loader))
+    assert len(images) == 17
+    for img in images:
+        assert img.dtype == torch.uint8 and img.shape == (3, 96, 128)
+    gray = images[labels.tolist().index(1)]  # s001 is the grayscale JPEG
+    assert torch.equal(gray[0], gray[1]) and torch.equal(gray[1], gray[2])
+
+
+def test_skip_drops_bad_samples_and_counts_them(dirty_shard):
+    path, _ = dirty_shard
+    loader = turbofeed.DataLoader(path, batch_size=5, num_workers=2, on_error="skip",
+                                  transform=T.imagenet_eval(32))
+    sizes = [len(x) for x, _ in loader]
+    assert sizes == [4, 4, 5, 4] and sum(sizes) == 17
+    assert loader.stats.skipped == 3 and loader.stats.samples == 17
+
+
+def test_raise_names_shard_key_and_stage(dirty_shard):
+    path, _ = dirty_shard
+    loader = turbofeed.DataLoader(path, batch_size=5, num_workers=2, on_error="raise",
+                                  transform=T.imagenet_eval(32))
+    with pytest.raises(turbofeed.SampleError) as info:
+        list(loader)
+    err = info.value
+    assert err.shard == path and err.key == "s004" and err.stage == "decode.cpu"
+    assert str(err).startswith(f"decode.cpu: {path}/s004: ")
+    assert "empty" in err.reason
+
+
+def test_pipeline_applies_the_same_policy(dirty_shard):
+    path, bad_keys = dirty_shard
+    with turbofeed.Pipeline(path, num_workers=2, on_error="skip") as pipe:
+        keys = [s.key for s in pipe]
+    assert len(keys) == 17 and not set(keys) & set(bad_keys)
+    pipe = turbofeed.Pipeline(path, num_workers=2, on_error="raise")
+    with pytest.raises(turbofeed.SampleError, match="s004"):
+        while pipe.next_batch(8):
+            pass
+    pipe.stop()
+
+
+def test_all_bad_data_raises_instead_of_hanging(tmp_path, odd_images, tar_writer):
+    members = [(f"k{i}.jpg", odd_images["garbage"]) for i in range(70)]
+    path = tar_writer(str(tmp_path / "rubbish.tar"), members)
+    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=2, transform=T.imagenet_eval(32))
+    with pytest.raises(turbofeed.DatasetError, match="mostly unreadable"):
+        next(iter(loader))
+
+
+@pytest.fixture
+def truncated_shard(shard_paths, tmp_path):
+    """The first 60% of a real shard: the tar ends in the middle of a member."""
+    data = open(shard_paths[0], "rb").read()
+    path = tmp_path / "cut.tar"
+    path.write_bytes(data[: int(len(data) * 0.6)])
+    return str(path)
+
+
+def test_truncated_tar_raises_with_file_and_offset(truncated_shard):
+    with pytest.raises(turbofeed.DatasetError) as info:
+        turbofeed.DataLoader(truncated_shard, on_error="raise", transform=T.imagenet_eval(32))
+    message = str(info.value)
+    assert truncated_shard in message and "byte offset" in message
+    offset = int(message.split("byte offset ")[1].split(":")[0])
+    assert 0 < offset < os.path.getsize(truncated_shard)
+
+
+def test_truncated_tar_keeps_the_samples_before_the_damage(truncated_shard, caplog):
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        loader = turbofeed.DataLoader(truncated_shard, batch_size=8, transform=T.imagenet_eval(32),
+                                      return_keys=True)
+    assert 15 <= loader.num_samples < 40
+    assert loader.stats.damaged_shards == [truncated_shard]
+    assert any("truncated" in r.getMessage() and truncated_shard in r.getMessage() for r in caplog.records)
+    keys = [k for _, _, ks in loader for k in ks]
+    assert len(keys) == loader.num_samples == len(set(keys))
+
+
+def test_empty_and_missing_inputs_give_clear_messages(tmp_path, tar_writer):
+    with pytest.raises(turbofeed.DatasetError, match="no such file or directory: .*nope.tar"):
+        turbofeed.DataLoader(str(tmp_path / "nope.tar"))
+    with pytest.raises(turbofeed.DatasetError, match=r"shard-0000\d\d.tar and \d+ more \(from pattern"):
+        turbofeed.DataLoader(str(tmp_path / "shard-{000000..000009}.tar"))
+    with pytest.raises(turbofeed.DatasetError, match="empty list"):
+        turbofeed.DataLoader([])
+    empty = tar_writer(str(tmp_path / "empty.tar"), [])
+    with pytest.raises(turbofeed.DatasetError, match="no samples found in .*empty.tar"):
+        turbofeed.DataLoader(empty)
+    labels_only = tar_writer(str(tmp_path / "labels.tar"), [("a.cls", b"1"), ("b.cls", b"2")])
+    with pytest.raises(turbofeed.DatasetError, match="2 entries without a usable image"):
+        turbofeed.DataLoader(labels_only)
+    (tmp_path / "no_images").mkdir()
+    with pytest.raises(turbofeed.DatasetError, match="no images found"):
+        turbofeed.DataLoader(str(tmp_path / "no_images"))
+    with pytest.raises(ValueError, match="on_error"):
+        turbofeed.DataLoader(empty, on_error="ignore")
+
+
+def test_images_of_the_wrong_size_without_a_crop_are_replaced_not_mixed(tmp_path, odd_images, tar_writer):
+    """Resize(int) keeps the aspect ratio, so sizes vary: such a transform yields lists."""
+    path = tar_writer(str(tmp_path / "two.tar"), [("a.jpg", odd_images["rgb"]), ("b.jpg", odd_images["gray"])])
+    loader = turbofeed.DataLoader(path, batch_size=2, transform=[T.Resize(48)])
+    images, _ = next(iter(loader))
+    assert isinstance(images, list) and [tuple(i.shape) for i in images] == [(3, 48, 64)] * 2
+    assert np.all(loader.dataset.labels == -1)

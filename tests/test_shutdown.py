@@ -1,0 +1,126 @@
+"""Break, exceptions, garbage collection, Ctrl-C and interpreter exit never hang or leak threads."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import turbofeed
+from turbofeed import transforms as T
+
+
+def turbofeed_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("turbofeed-") and t.is_alive()]
+
+
+def wait_for_no_threads(timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while turbofeed_threads() and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    return turbofeed_threads()
+
+
+@pytest.fixture(autouse=True)
+def _no_threads_before():
+    assert wait_for_no_threads() == []
+
+
+def test_threads_are_named_by_stage(shards):
+    it = iter(turbofeed.DataLoader(shards, batch_size=8, num_workers=3, transform=T.imagenet_eval(32)))
+    next(it)
+    assert sorted(turbofeed_threads()) == [f"turbofeed-decode.cpu-{i}" for i in range(3)]
+    it.close()
+    assert turbofeed_threads() == []
+
+
+def test_break_out_of_the_loop_stops_the_threads(shards):
+    loader = turbofeed.DataLoader(shards, batch_size=8, num_workers=2, transform=T.imagenet_eval(32))
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert wait_for_no_threads() == []
+
+
+def test_new_iteration_closes_the_previous_one(shards):
+    loader = turbofeed.DataLoader(shards, batch_size=8, num_workers=2, transform=T.imagenet_eval(32))
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    with pytest.raises(StopIteration):
+        next(first)
+    assert len(next(second)[0]) == 8
+    del first, second
+    assert wait_for_no_threads() == []
+
+
+def test_a_worker_exception_reaches_the_caller_and_stops_threads(tmp_path, odd_images, tar_writer):
+    path = tar_writer(str(tmp_path / "bad.tar"), [(f"k{i}.jpg", odd_images["rgb"]) for i in range(30)]
+                      + [("zz.jpg", b"")])
+    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=2, on_error="raise",
+                                  transform=T.imagenet_eval(32))
+    with pytest.raises(turbofeed.SampleError):
+        for _ in loader:
+            pass
+    assert wait_for_no_threads() == []
+
+
+def test_pipeline_stop_and_context_manager(shards):
+    pipe = turbofeed.Pipeline(shards, num_workers=2)
+    pipe.start()
+    assert len(pipe.next_batch(3)) == 3
+    pipe.stop()
+    pipe.stop()  # idempotent
+    assert wait_for_no_threads() == []
+    with turbofeed.Pipeline(shards, num_workers=2) as pipe:
+        pipe.next_batch(2)
+    assert wait_for_no_threads() == []
+
+
+def _script(shards: str, body: str) -> str:
+    return textwrap.dedent(f"""
+        import sys, time
+        import turbofeed
+        from turbofeed import transforms as T
+        loader = turbofeed.DataLoader({shards!r}, batch_size=4, num_workers=2, prefetch=4,
+                                      transform=T.imagenet_train(32))
+    """) + textwrap.dedent(body)
+
+
+def test_ctrl_c_ends_the_process_promptly(shards):
+    code = _script(shards, """
+        print("ready", flush=True)
+        for epoch in range(1000):
+            for x, y in loader:
+                time.sleep(0.01)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert "KeyboardInterrupt" in err
+    assert proc.returncode != 0
+
+
+def test_exit_with_a_live_iterator_does_not_hang(shards):
+    code = _script(shards, """
+        it = iter(loader)
+        next(it)
+        print("leaving with threads running", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "leaving" in done.stdout
