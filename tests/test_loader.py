@@ -97,6 +97,8 @@ def test_iterating_again_reshuffles_and_set_epoch_repeats(shards):
     assert first != second
     loader.set_epoch(0)
     assert run_epoch(loader)[2] == first
+    loader.set_epoch(0)  # a finished epoch asked for again runs again
+    assert run_epoch(loader)[2] == first
 
 
 @pytest.mark.parametrize("drop_last, expected", [(False, [32, 32, 32, 24]), (True, [32, 32, 32])])
@@ -170,6 +172,7 @@ def test_resume_mid_epoch_continues_exactly(shards):
 
     second = turbofeed.DataLoader(shards, **kw)
     second.load_state_dict(state)
+    second.set_epoch(2)  # what a training loop does on restart: keeps the resume point
     tail = run_epoch(second)
     keys = [k for _, _, ks in head for k in ks] + tail[2]
     assert keys == whole[2]

@@ -139,8 +139,14 @@ class DataLoader:
 
     # -- epochs and resume -------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s order next (every rank must pass the same value)."""
-        if epoch != self._epoch:
+        """Run ``epoch`` next (every rank must pass the same value).
+
+        The current epoch, resumed by ``load_state_dict`` and not finished, continues
+        where it stopped, so the usual ``for epoch in range(start, n): set_epoch(epoch)``
+        loop resumes exactly. Any other call starts ``epoch`` from its first batch.
+        Without ``set_epoch``, each new iteration after a finished epoch moves to the next.
+        """
+        if epoch != self._epoch or self._batches_done >= len(self):
             self._batches_done = 0
         self._epoch = int(epoch)
 

@@ -1,0 +1,83 @@
+"""plan.resume: the resume state is a small JSON-safe dict, checked field by field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from turbofeed.plan import check_state, make_state, plan_fingerprint
+
+FIELDS = {"version", "epoch", "batches_done", "seed", "world_size", "plan"}
+
+
+def _state(**over):
+    args = dict(epoch=3, batches_done=1250, seed=0, world_size=8, plan=plan_fingerprint(n=100))
+    args.update(over)
+    return make_state(**args)
+
+
+def test_state_has_the_documented_fields_and_survives_json():
+    state = _state(epoch=np.int64(3), batches_done=np.int32(1250))  # numpy scalars too
+    assert set(state) == FIELDS
+    assert state["version"] == 1 and state["epoch"] == 3 and state["batches_done"] == 1250
+    assert json.loads(json.dumps(state)) == state
+    assert all(isinstance(v, (int, str)) for v in state.values())
+
+
+def test_matching_state_passes_after_a_json_round_trip():
+    fp = plan_fingerprint(n=100)
+    check_state(json.loads(json.dumps(_state())), seed=0, world_size=8, plan=fp)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("seed", 1), ("world_size", 4), ("plan", "0123456789abcdef"), ("version", 99),
+])
+def test_mismatch_names_the_field(field, value):
+    state = _state()
+    state[field] = value
+    with pytest.raises(ValueError, match=repr(field)) as info:
+        check_state(state, seed=0, world_size=8, plan=plan_fingerprint(n=100))
+    others = FIELDS - {field, "epoch", "batches_done"}
+    assert not any(repr(o) in str(info.value) for o in others)
+
+
+def test_missing_field_is_named():
+    state = _state()
+    del state["batches_done"]
+    with pytest.raises(ValueError, match="batches_done"):
+        check_state(state, seed=0, world_size=8, plan=plan_fingerprint(n=100))
+
+
+@pytest.mark.parametrize("field", ["epoch", "batches_done"])
+def test_negative_counters_are_refused(field):
+    state = _state()
+    state[field] = -1
+    with pytest.raises(ValueError, match="negative"):
+        check_state(state, seed=0, world_size=8, plan=plan_fingerprint(n=100))
+
+
+def test_fingerprint_is_stable_and_order_independent():
+    a = plan_fingerprint(n=100, seed=0, batch_size=32, shuffle=True, sources=[["s0.tar", 40]])
+    b = plan_fingerprint(sources=[["s0.tar", 40]], shuffle=True, batch_size=32, seed=0, n=100)
+    assert a == b and len(a) == 16 and int(a, 16) >= 0
+
+
+def test_fingerprint_is_stable_across_processes():
+    """Unlike hash(), it does not change with the interpreter's hash seed."""
+    code = "from turbofeed.plan import plan_fingerprint; print(plan_fingerprint(n=5, s=['a']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONHASHSEED": "123"}).stdout.strip()
+    assert out == plan_fingerprint(n=5, s=["a"])
+
+
+@pytest.mark.parametrize("change", [
+    {"n": 101}, {"seed": 1}, {"batch_size": 64}, {"shuffle": False},
+    {"drop_last": True}, {"sources": [["s1.tar", 40]]}, {"sources": [["s0.tar", 41]]},
+])
+def test_fingerprint_changes_with_any_input(change):
+    base = dict(n=100, seed=0, batch_size=32, shuffle=True, drop_last=False, sources=[["s0.tar", 40]])
+    assert plan_fingerprint(**base) != plan_fingerprint(**{**base, **change})
