@@ -168,7 +168,7 @@ def test_resume_mid_epoch_continues_exactly(shards):
     head = [next(it) for _ in range(3)]
     state = json.loads(json.dumps(first.state_dict()))  # plain JSON-safe dict
     del it
-    assert state["epoch"] == 2 and state["batches_done"] == 3
+    assert state["epoch"] == 2 and state["batches_done"] == 3 and state["samples_done"] == 48
 
     second = turbofeed.DataLoader(shards, **kw)
     second.load_state_dict(state)
@@ -178,17 +178,18 @@ def test_resume_mid_epoch_continues_exactly(shards):
     assert keys == whole[2]
     images = [x for x, _, _ in head] + tail[0]
     assert all(torch.equal(a, b) for a, b in zip(images, whole[0]))
-    # After the resumed epoch the loader moves on to the next epoch.
-    assert second.state_dict()["epoch"] == 2 and second.state_dict()["batches_done"] == len(second)
-    iter(second)
-    assert second.state_dict()["epoch"] == 3
+    # After the resumed epoch the loader stands at the start of the next epoch.
+    after = second.state_dict()
+    assert (after["epoch"], after["samples_done"], after["batches_done"]) == (3, 0, 0)
 
 
 def test_resume_state_from_another_setup_is_refused(shards):
     state = turbofeed.DataLoader(shards, batch_size=16, transform=T.imagenet_eval(32)).state_dict()
-    other = turbofeed.DataLoader(shards, batch_size=8, transform=T.imagenet_eval(32))
+    other = turbofeed.DataLoader(shards, batch_size=16, shuffle=True, transform=T.imagenet_eval(32))
     with pytest.raises(ValueError, match="'plan'"):
         other.load_state_dict(state)
+    with pytest.raises(ValueError, match="'samples_done'"):
+        turbofeed.DataLoader(shards, batch_size=16).load_state_dict({**state, "samples_done": -1})
     reseeded = turbofeed.DataLoader(shards, batch_size=16, seed=9, transform=T.imagenet_eval(32))
     with pytest.raises(ValueError, match="'seed'"):
         reseeded.load_state_dict(state)

@@ -46,26 +46,40 @@ def rank_order(
     rank: int = 0,
     world_size: int = 1,
     drop_last: bool = False,
+    start: int = 0,
 ) -> np.ndarray:
     """Return the sample ids that ``rank`` sees in ``epoch``, in order.
 
-    Every rank gets the same count: ``ceil(n / world_size)`` (wrap-around padding)
-    or, with ``drop_last``, ``floor(n / world_size)``.
+    Every rank gets the same count: ``ceil(rest / world_size)`` (wrap-around padding
+    from the start of the epoch's order) or, with ``drop_last``,
+    ``floor(rest / world_size)``, where ``rest = num_samples - start``.
+
+    ``start`` skips a prefix of the epoch's global order that earlier steps consumed.
+    Because the split is strided, ``k`` batches of ``b`` samples on ``W`` ranks consume
+    exactly the global prefix of length ``k * b * W``; resuming with ``start`` set to it
+    continues the epoch without repeating or losing a sample, for any new world size
+    (and for the same world size, exactly as if never interrupted)::
+
+        global order  g0 g1 g2 g3 | g4 g5 g6 g7 g8 g9      start = 4 (2 batches of 1, W=2)
+        W=3 after it  rank 0: g4 g7 g0   rank 1: g5 g8 g1   rank 2: g6 g9 g2
 
     Returns:
         int64 array of shape ``(per_rank,)``.
     """
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
     order = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
+    rest = order[min(start, num_samples):]
     if drop_last:
-        total = (num_samples // world_size) * world_size
-        order = order[:total]
+        rest = rest[:(len(rest) // world_size) * world_size]
     else:
-        total = -(-num_samples // world_size) * world_size
-        if total != num_samples and num_samples > 0:
-            order = np.resize(order, total)  # np.resize repeats from the start: wrap-around
-    return order[rank::world_size]
+        pad = -len(rest) % world_size
+        if pad and num_samples > 0:
+            # np.resize repeats the epoch's order from its start: wrap-around padding.
+            rest = np.concatenate([rest, np.resize(order, pad)])
+    return rest[rank::world_size]
 
 
 def count_batches(per_rank: int, batch_size: int, drop_last: bool) -> int:
@@ -117,11 +131,13 @@ def make_epoch_plan(
     rank: int = 0,
     world_size: int = 1,
     drop_last: bool = False,
+    start: int = 0,
 ) -> EpochPlan:
-    """Build the :class:`EpochPlan` of one rank for one epoch."""
+    """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
+    of the global order, see :func:`rank_order`)."""
     order = rank_order(
         num_samples, seed=seed, epoch=epoch, shuffle=shuffle,
-        rank=rank, world_size=world_size, drop_last=drop_last,
+        rank=rank, world_size=world_size, drop_last=drop_last, start=start,
     )
     count_batches(len(order), batch_size, drop_last)  # validates batch_size
     return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last)

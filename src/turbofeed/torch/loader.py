@@ -109,11 +109,15 @@ class DataLoader:
             warnings.warn("turbofeed: gpu_decode=True: nvJPEG decoding is not in this build; "
                           "decoding on the CPU", RuntimeWarning, stacklevel=2)
             self.stats.count_error("gpu_fallback")
+        # Where the epoch stands: the current plan begins after ``_start`` samples of the
+        # global order (non-zero after an elastic resume) and ``_batches_done`` of its
+        # batches were delivered; ``_batches_base`` carries a resumed state's count.
         self._epoch = 0
-        self._batches_done = 0  # of self._epoch, for state_dict
+        self._start = 0
+        self._batches_done = 0
+        self._batches_base = 0
         self._fingerprint = plan_fingerprint(
-            dataset=self.dataset.fingerprint_fields(), batch_size=batch_size, shuffle=shuffle,
-            drop_last=drop_last)
+            dataset=self.dataset.fingerprint_fields(), shuffle=shuffle, drop_last=drop_last)
         self._active: weakref.ref | None = None
         if len(self) == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
@@ -141,30 +145,54 @@ class DataLoader:
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` next (every rank must pass the same value).
 
-        The current epoch, resumed by ``load_state_dict`` and not finished, continues
-        where it stopped, so the usual ``for epoch in range(start, n): set_epoch(epoch)``
-        loop resumes exactly. Any other call starts ``epoch`` from its first batch.
-        Without ``set_epoch``, each new iteration after a finished epoch moves to the next.
+        Calling it with the epoch the loader is at changes nothing, so the usual
+        ``for epoch in range(start, n): loader.set_epoch(epoch)`` loop continues a
+        resumed epoch where it stopped. Another epoch starts from its first batch (a
+        finished epoch asked for again runs again). Without ``set_epoch``, each finished
+        epoch moves the loader to the next one, reshuffled.
         """
-        if epoch != self._epoch or self._batches_done >= len(self):
-            self._batches_done = 0
+        if epoch != self._epoch:
+            self._start = self._batches_done = self._batches_base = 0
         self._epoch = int(epoch)
+
+    @property
+    def samples_done(self) -> int:
+        """Prefix of this epoch's global order consumed by all ranks together."""
+        done = self._start + self._batches_done * self.batch_size * self.world_size
+        return min(self.dataset.num_samples, done)
 
     def state_dict(self) -> dict:
         """Where the next iteration starts: a small JSON-safe dict (see ``load_state_dict``)."""
-        return make_state(epoch=self._epoch, batches_done=self._batches_done, seed=self.seed,
+        return make_state(epoch=self._epoch, samples_done=self.samples_done,
+                          batches_done=self._batches_base + self._batches_done, seed=self.seed,
                           world_size=self.world_size, plan=self._fingerprint)
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue exactly where ``state`` was taken: the next iteration yields the
-        remaining batches of that epoch.
+        """Continue where ``state`` was taken: the next iteration yields the rest of that epoch.
+
+        With the world size (and batch size) of the run that saved it, the batches are
+        exactly those an uninterrupted run would have produced. With another world size
+        (elastic), the rest of the epoch's global order is split over the new ranks: no
+        sample is repeated or lost, only the grouping into batches differs.
 
         Raises:
-            ValueError: naming the field that does not match (dataset, seed, world size).
+            ValueError: naming the field that does not match (version, seed, or ``plan``
+                when the dataset, shuffle or drop_last changed).
         """
-        check_state(state, seed=self.seed, world_size=self.world_size, plan=self._fingerprint)
+        check_state(state, seed=self.seed, plan=self._fingerprint)
+        if state["world_size"] != self.world_size:
+            log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
+                     state["epoch"], state["samples_done"], state["world_size"], self.world_size)
         self._epoch = state["epoch"]
-        self._batches_done = min(state["batches_done"], len(self))
+        self._start = min(state["samples_done"], self.dataset.num_samples)
+        self._batches_done = 0
+        self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
+
+    def _finish_epoch(self, epoch: int) -> None:
+        """A pass reached the end of ``epoch``: the next iteration runs the next epoch."""
+        if self._epoch == epoch:
+            self._epoch = epoch + 1
+            self._start = self._batches_done = self._batches_base = 0
 
     # -- iteration ---------------------------------------------------------------------
     def _slot_pool(self, output_dtype: np.dtype) -> SlotPool:
@@ -183,9 +211,6 @@ class DataLoader:
         previous = self._active() if self._active else None
         if previous is not None:
             previous.close()  # one live iteration per loader, like a torch DataLoader
-        if self._batches_done >= len(self):  # finished epoch: move on unless set_epoch said otherwise
-            self._epoch += 1
-            self._batches_done = 0
         it = _LoaderIterator(self)
         self._active = weakref.ref(it)
         return it
@@ -220,7 +245,8 @@ class _LoaderIterator:
             worker_transform = Compose([op for op in transform.ops if getattr(op, "spec", None) is None])
         plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
                                epoch=self.epoch, shuffle=loader.shuffle, rank=loader.rank,
-                               world_size=loader.world_size, drop_last=loader.drop_last)
+                               world_size=loader.world_size, drop_last=loader.drop_last,
+                               start=loader._start)
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=self.epoch)
         self.fixed = fixed
         if fixed:
@@ -254,7 +280,11 @@ class _LoaderIterator:
         if self.loader._epoch != self.epoch:
             self.close()  # set_epoch was called mid-epoch: this pass is over
             raise StopIteration
-        job = next(self.stream)
+        try:
+            job = next(self.stream)
+        except StopIteration:
+            self.loader._finish_epoch(self.epoch)
+            raise
         batch = self._to_tensors(job)
         if self.loader.return_keys:
             batch = (*batch, self._keys(job))
