@@ -5,13 +5,13 @@ Public names only; see ``turbofeed.DataLoader`` and ``turbofeed.Pipeline``.
 
 from . import transforms
 from .errors import DatasetError, SampleError, TurbofeedError
-from .pipeline import Pipeline, Sample, Stats
+from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "DataLoader", "DatasetError", "Pipeline", "Sample", "SampleError", "Stats", "TurbofeedError",
+    "DataLoader", "DatasetError", "DistributedPipeline", "Pipeline", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
 ])
 

@@ -50,7 +50,8 @@ def test_epoch_permutation_ignores_global_numpy_random_state():
 
 @pytest.mark.parametrize("seed,epoch", [(0, 0), (5, 3)])
 def test_no_shuffle_is_identity(seed, epoch):
-    assert np.array_equal(epoch_permutation(50, seed=seed, epoch=epoch, shuffle=False), np.arange(50))
+    order = epoch_permutation(50, seed=seed, epoch=epoch, shuffle=False)
+    assert np.array_equal(order, np.arange(50))
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -109,6 +110,48 @@ def test_equal_steps_on_every_rank(n, world, batch):
                                  world_size=world, drop_last=drop_last) for r in range(world)]
         assert len({len(p) for p in plans}) == 1
         assert all(np.array_equal(p.order, parts[r]) for r, p in enumerate(plans))
+
+
+def _resume_cases() -> list[tuple[int, int, int, int, int]]:
+    """(n, W, batch, batches done, new W) with k * batch * W <= n."""
+    rng = np.random.default_rng(777)
+    cases = []
+    while len(cases) < 20:
+        n, w, b = int(rng.integers(1, 300)), int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        if b * w <= n:
+            cases.append((n, w, b, int(rng.integers(0, n // (b * w) + 1)), int(rng.integers(1, 9))))
+    return cases
+
+
+@pytest.mark.parametrize("n,world,batch,done,new_world", _resume_cases())
+def test_start_continues_the_epoch(n, world, batch, done, new_world):
+    """k batches of b on W ranks consume exactly the global prefix of length k*b*W; starting
+    after it continues each rank exactly (same W), and with another W serves every
+    remaining sample once, padded by wrap-around from the start of the epoch's order."""
+    g = epoch_permutation(n, seed=11, epoch=3, shuffle=True)
+    start = done * batch * world
+    kw = dict(seed=11, epoch=3, shuffle=True)
+    full = [rank_order(n, rank=r, world_size=world, **kw) for r in range(world)]
+    assert set(np.concatenate([f[:done * batch] for f in full]).tolist()) == set(g[:start].tolist())
+    for r in range(world):
+        assert np.array_equal(rank_order(n, rank=r, world_size=world, start=start, **kw),
+                              full[r][done * batch:])
+    parts = [rank_order(n, rank=r, world_size=new_world, start=start, **kw)
+             for r in range(new_world)]
+    rest = n - start
+    assert {len(p) for p in parts} == {-(-rest // new_world)}
+    pad = -rest % new_world
+    assert np.array_equal(_interleave(parts), np.concatenate([g[start:], g[np.arange(pad) % n]]))
+    cut = [rank_order(n, rank=r, world_size=new_world, start=start, drop_last=True, **kw)
+           for r in range(new_world)]
+    assert np.array_equal(_interleave(cut), g[start:start + rest // new_world * new_world])
+
+
+def test_start_at_or_past_the_end_and_negative():
+    for start in (10, 25):
+        assert rank_order(10, seed=0, epoch=0, shuffle=True, world_size=3, start=start).size == 0
+    with pytest.raises(ValueError, match="start"):
+        rank_order(10, seed=0, epoch=0, shuffle=True, start=-1)
 
 
 def test_zero_samples_gives_empty_orders():

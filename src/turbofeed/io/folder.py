@@ -29,8 +29,8 @@ def _images_under(top: str) -> list[str]:
 class FolderSource:
     """An image folder, the torchvision ``ImageFolder`` way.
 
-    Class ids are the positions of the class folder names in sorted order, exactly as
-    torchvision assigns them. Images directly in ``root`` (no class folders) get no
+    Class ids are the positions of the class folder names in sorted order, as torchvision
+    assigns them, except that hidden folders (``.ipynb_checkpoints``) are not classes. Images directly in ``root`` (no class folders) get no
     label. The sample key is the path below ``root`` without its extension.
     """
 

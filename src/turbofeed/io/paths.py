@@ -64,7 +64,8 @@ def resolve(spec: PathSpec) -> list[tuple[str, str]]:
                 hits = sorted(glob.glob(path))
                 if not hits:
                     raise DatasetError(f"{path}: pattern matches no files")
-                out.extend(_classify(h) for h in hits)
+                for hit in hits:
+                    out.extend(_expand_dir(hit) if os.path.isdir(hit) else [_classify(hit)])
             elif os.path.exists(path):
                 out.extend(_expand_dir(path) if os.path.isdir(path) else [_classify(path)])
             else:
@@ -83,8 +84,6 @@ def _expand_dir(path: str) -> list[tuple[str, str]]:
 
 
 def _classify(path: str) -> tuple[str, str]:
-    if os.path.isdir(path):
-        return "folder", path
     if path.endswith(".tar"):
         return "tar", path
     if path.endswith((".tar.gz", ".tgz")):

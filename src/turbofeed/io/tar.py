@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DatasetError
-from .table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member
+from .table import (Label, SampleTable, group_members, parse_label, pick_image, pick_label_member,
+                    split_key)
 
 log = logging.getLogger("turbofeed")
 
@@ -85,9 +86,13 @@ _FDS = _FdCache()
 
 
 def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
-    """Read member (name, data offset, size) from the headers; stop at the first damage."""
+    """Read member (name, data offset, size) from the headers; stop at the first damage.
+
+    The sample the damage cuts through (the cut member's, or the last one before a bad
+    header) is dropped whole: it may have lost members, such as its label.
+    """
     members: list[tuple[str, int, int]] = []
-    damage = None
+    damage, cut_name = None, None
     file_size = os.path.getsize(path)
     with open(path, "rb") as f:
         magic = f.read(2)
@@ -109,6 +114,7 @@ def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
                 if end > file_size:
                     damage = TarDamage(info.offset, f"member {info.name!r} needs bytes up to "
                                        f"{end} but the file ends at {file_size}")
+                    cut_name = info.name
                     break
                 members.append((info.name, info.offset_data, info.size))
         except tarfile.TarError as exc:
@@ -118,6 +124,10 @@ def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
             f.seek(tf.offset)
             if f.read(512).strip(b"\0"):
                 damage = TarDamage(tf.offset, "unreadable tar header (bad checksum or cut short)")
+    if damage is not None and members:
+        cut_key = split_key(cut_name or members[-1][0])[0]
+        while members and split_key(members[-1][0])[0] == cut_key:
+            members.pop()
     return members, damage
 
 

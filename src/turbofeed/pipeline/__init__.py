@@ -1,7 +1,8 @@
 """Executor, batch buffers, the bad-sample policy and the sample-level Pipeline."""
 
+from .distributed import DistributedPipeline
 from .policy import ON_ERROR, ErrorPolicy
 from .samples import Pipeline, Sample
 from .stats import Stats
 
-__all__ = sorted(["ON_ERROR", "ErrorPolicy", "Pipeline", "Sample", "Stats"])
+__all__ = sorted(["DistributedPipeline", "ON_ERROR", "ErrorPolicy", "Pipeline", "Sample", "Stats"])

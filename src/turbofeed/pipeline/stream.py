@@ -139,6 +139,8 @@ class BatchStream:
         self._prefetch = max(1, prefetch)
         self._inflight: deque[Job] = deque()
         self._pool: WorkerPool | None = None
+        self._closed = False
+        self.finished = False  # True once every batch was delivered (not merely closed)
         if self._next < self._end:
             runner = _Runner(plan, fill, policy)
             self._pool = WorkerPool(runner.run, num_workers, stage)
@@ -160,6 +162,7 @@ class BatchStream:
             self._submit(self._next)
             self._next += 1
         if not self._inflight:
+            self.finished = not self._closed
             self.close()
             raise StopIteration
         job = self._inflight[0]
@@ -182,6 +185,7 @@ class BatchStream:
 
     def close(self) -> None:
         """Stop the workers and drop batches in flight; idempotent, never hangs."""
+        self._closed = True
         self._next = self._end
         self._inflight.clear()
         if self._pool is not None:

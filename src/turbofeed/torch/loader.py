@@ -283,7 +283,8 @@ class _LoaderIterator:
         try:
             job = next(self.stream)
         except StopIteration:
-            self.loader._finish_epoch(self.epoch)
+            if self.stream.finished:
+                self.loader._finish_epoch(self.epoch)
             raise
         batch = self._to_tensors(job)
         if self.loader.return_keys:

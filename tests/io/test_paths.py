@@ -1,0 +1,87 @@
+"""io.paths: what users pass (brace pattern, list, glob, folder) becomes concrete sources,
+and every unusable spec fails with a DatasetError that names the offending path."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from turbofeed.errors import DatasetError
+from turbofeed.io import expand_braces, resolve
+
+
+@pytest.mark.parametrize("pattern,expected", [
+    ("shard-{000000..000002}.tar", ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]),
+    ("s{8..11}", ["s8", "s9", "s10", "s11"]),
+    ("s{08..11}", ["s08", "s09", "s10", "s11"]),
+    ("s{3..1}", ["s3", "s2", "s1"]),
+    ("{train,val}/x.tar", ["train/x.tar", "val/x.tar"]),
+    ("a{0..1}-{x,y}.tar", ["a0-x.tar", "a0-y.tar", "a1-x.tar", "a1-y.tar"]),
+    ("plain.tar", ["plain.tar"]),
+    ("odd{name}.tar", ["odd{name}.tar"]),
+])
+def test_expand_braces(pattern, expected):
+    assert expand_braces(pattern) == expected
+
+
+def test_brace_pattern_over_real_shards(shards, shard_paths):
+    got = resolve(os.path.join(shards, "shard-{000000..000002}.tar"))
+    assert got == [("tar", p) for p in shard_paths]
+
+
+def test_directory_of_tars_is_a_shard_list(shards, shard_paths):
+    assert resolve(shards) == [("tar", p) for p in shard_paths]
+    assert resolve(pathlib.Path(shards)) == [("tar", p) for p in shard_paths]
+
+
+def test_directory_without_tars_is_an_image_folder(image_folder):
+    assert resolve(image_folder) == [("folder", image_folder)]
+
+
+def test_glob_and_list(shards, shard_paths, image_folder):
+    assert resolve(os.path.join(shards, "shard-*.tar")) == [("tar", p) for p in shard_paths]
+    assert resolve([shard_paths[2], image_folder]) == [
+        ("tar", shard_paths[2]), ("folder", image_folder)]
+
+
+def test_glob_matching_nothing(shards):
+    pattern = os.path.join(shards, "nothing-*.tar")
+    with pytest.raises(DatasetError, match="matches no files") as info:
+        resolve(pattern)
+    assert pattern in str(info.value)
+
+
+def test_missing_files_of_a_pattern_are_named(shards):
+    """Only the missing expansions are listed, with the pattern they came from."""
+    pattern = os.path.join(shards, "shard-{000000..000004}.tar")
+    with pytest.raises(DatasetError) as info:
+        resolve(pattern)
+    message = str(info.value)
+    assert "shard-000003.tar" in message and "shard-000004.tar" in message
+    assert "shard-000001.tar" not in message and pattern in message
+
+
+def test_missing_single_path(tmp_path):
+    with pytest.raises(DatasetError, match="no such file") as info:
+        resolve(str(tmp_path / "absent.tar"))
+    assert str(tmp_path / "absent.tar") in str(info.value)
+
+
+def test_s3_url_is_refused_clearly():
+    with pytest.raises(DatasetError, match="s3://bucket/shard-000000.tar.*not supported"):
+        resolve("s3://bucket/shard-000000.tar")
+
+
+def test_empty_list():
+    with pytest.raises(DatasetError, match="empty"):
+        resolve([])
+
+
+def test_file_that_is_not_a_shard(tmp_path):
+    other = tmp_path / "images.zip"
+    other.write_bytes(b"PK\x03\x04")
+    with pytest.raises(DatasetError, match="not a .tar shard") as info:
+        resolve(str(other))
+    assert str(other) in str(info.value)
