@@ -237,6 +237,9 @@ def test_stats_and_profile(shards):
     stats = loader.stats.as_dict()
     assert stats["samples"] == 120 and stats["batches"] == 4 and stats["errors"] == {}
     assert stats["seconds"]["decode.cpu"] > 0 and stats["seconds"]["fetch"] > 0
+    shard_files = [s.path for s in loader.dataset.sources]
+    jpeg_bytes = sum(len(m["jpg"]) for m in tar_members(shard_files).values())
+    assert stats["bytes_read"] == jpeg_bytes  # each image read exactly once
     assert "decode.cpu" in loader.profile()
 
 

@@ -19,6 +19,7 @@ class Stats:
         replaced: bad samples whose slot got the next good sample (``on_error="replace"``).
         skipped: bad samples dropped from their batch (``on_error="skip"``).
         skipped_at_index: samples left out while indexing (no image member, bad label).
+        bytes_read: encoded bytes fetched from storage (replacements and re-reads included).
         damaged_shards: shards truncated or corrupt, used up to the damage.
         seconds: worker-thread seconds per stage (summed over threads) and the caller's
             ``wait`` for batches: the profile that shows the bottleneck.
@@ -30,6 +31,7 @@ class Stats:
     replaced: int = 0
     skipped: int = 0
     skipped_at_index: int = 0
+    bytes_read: int = 0
     damaged_shards: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
 
@@ -40,6 +42,11 @@ class Stats:
         with self._lock:
             for stage, s in seconds.items():
                 self.seconds[stage.replace("_", ".")] += s
+
+    def add_fetch(self, seconds: float, nbytes: int) -> None:
+        with self._lock:
+            self.seconds["fetch"] += seconds
+            self.bytes_read += nbytes
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -55,7 +62,7 @@ class Stats:
             return {
                 "samples": self.samples, "batches": self.batches, "errors": dict(self.errors),
                 "replaced": self.replaced, "skipped": self.skipped,
-                "skipped_at_index": self.skipped_at_index,
+                "skipped_at_index": self.skipped_at_index, "bytes_read": self.bytes_read,
                 "damaged_shards": list(self.damaged_shards),
                 "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
             }
