@@ -50,7 +50,7 @@ class SampleWork:
             data = self.dataset.read(gid)
         except Exception as exc:
             raise self._error(gid, "fetch", exc) from exc
-        self.stats.add_times(fetch=time.perf_counter() - started)
+        self.stats.add_fetch(time.perf_counter() - started, len(data))
         return data
 
     def load(self, gid: int) -> Decoded:
