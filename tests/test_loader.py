@@ -252,10 +252,3 @@ def test_device_cuda_without_gpu_is_a_clear_error(shards):
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         turbofeed.DataLoader(shards, device="cuda", transform=T.imagenet_eval(32))
-
-
-def test_gpu_decode_falls_back_to_cpu_with_one_warning(shards):
-    with pytest.warns(RuntimeWarning, match="decoding on the CPU"):
-        loader = turbofeed.DataLoader(shards, batch_size=60, gpu_decode=True, transform=T.imagenet_eval(32))
-    assert sum(len(x) for x, _ in loader) == 120
-    assert loader.stats.errors["gpu_fallback"] == 1

@@ -11,7 +11,7 @@ from .torch.device import gpu_available
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "DataLoader", "DatasetError", "DistributedPipeline", "Pipeline", "Sample", "SampleError", "Stats", "TurbofeedError",
+    "DataLoader", "DatasetError", "DistributedPipeline", "MultiGpuTransfer", "Pipeline", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
 ])
 
@@ -21,4 +21,8 @@ def __getattr__(name: str):
         from .torch.loader import DataLoader
 
         return DataLoader
+    if name == "MultiGpuTransfer":
+        from .torch.multi_gpu import MultiGpuTransfer
+
+        return MultiGpuTransfer
     raise AttributeError(f"module 'turbofeed' has no attribute {name!r}")

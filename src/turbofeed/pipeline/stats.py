@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-STAGES = ("fetch", "decode.cpu", "augment", "collate", "wait")
+STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")
 
 
 @dataclass

@@ -79,35 +79,48 @@ class _Runner:
             job.finish_one()
 
     def _fill_position(self, job: Job, j: int) -> None:
-        order = self.plan.order
-        position = job.positions[j]
+        gid = fill_position(self.plan, job.positions[j], lambda g: self.fill(g, job.slot, j), self.policy)
+        if gid is None:
+            job.ok[j] = False
+        else:
+            job.ids[j] = gid
+
+
+def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None], policy: ErrorPolicy) -> int | None:
+    """Fill the slot of ``position`` with its sample, applying the bad-sample policy.
+
+    Returns the sample id that filled the slot (a replacement's under ``"replace"``),
+    or None when the sample was skipped (``"skip"``).
+
+    Raises:
+        SampleError: under ``"raise"``.
+        DatasetError: ``"replace"`` found no good sample among the next ones.
+    """
+    order = plan.order
+    try:
+        gid = int(order[position])
+        fill(gid)
+        return gid
+    except SampleError as err:
+        policy.record(err)
+        if policy.mode == "raise":
+            raise
+        if policy.mode == "skip":
+            policy.stats.count("skipped")
+            return None
+        first = err
+    tries = plan.replacement_positions(position)[:MAX_REPLACEMENT_TRIES]
+    for p in tries:
+        gid = int(order[p % len(order)])
         try:
-            gid = int(order[position])
-            self.fill(gid, job.slot, j)
-            job.ids[j] = gid
-            return
+            fill(gid)
         except SampleError as err:
-            self.policy.record(err)
-            if self.policy.mode == "raise":
-                raise
-            if self.policy.mode == "skip":
-                job.ok[j] = False
-                self.policy.stats.count("skipped")
-                return
-            first = err
-        tries = self.plan.replacement_positions(position)[:MAX_REPLACEMENT_TRIES]
-        for p in tries:
-            gid = int(order[p % len(order)])
-            try:
-                self.fill(gid, job.slot, j)
-            except SampleError as err:
-                self.policy.record(err)
-                continue
-            job.ids[j] = gid
-            self.policy.stats.count("replaced")
-            return
-        raise DatasetError(f"no good sample among the {len(tries)} after a bad one ({first}); "
-                           "the dataset looks mostly unreadable") from first
+            policy.record(err)
+            continue
+        policy.stats.count("replaced")
+        return gid
+    raise DatasetError(f"no good sample among the {len(tries)} after a bad one ({first}); "
+                       "the dataset looks mostly unreadable") from first
 
 
 def _shutdown(runner: _Runner, pool: WorkerPool) -> None:

@@ -22,6 +22,7 @@ from ..plan import check_state, count_batches, make_epoch_plan, make_state, plan
 from ..transforms import Compose
 from .device import CudaDelivery, apply_output, gpu_available
 from .env import detect
+from .gpu_path import GpuPath
 
 log = logging.getLogger("turbofeed")
 
@@ -53,8 +54,13 @@ class DataLoader:
         on_error: ``"replace"`` (default), ``"skip"`` or ``"raise"``: see
             :class:`turbofeed.pipeline.ErrorPolicy`. With ``"raise"`` a damaged tar
             also raises at construction.
-        gpu_decode: decode with nvJPEG; falls back to the CPU with one warning when
-            unavailable (counted in ``stats.errors["gpu_fallback"]``).
+        gpu_decode: ``True`` decodes each batch with nvJPEG in one call on ``device``
+            (default ``cuda``) and crops/resizes/normalises it there in one batched op;
+            threads only read bytes and pick crop windows. Without a GPU or a decoder
+            backend it falls back to the CPU path with one warning; images the GPU
+            rejects are decoded on the CPU. Both are counted in
+            ``stats.errors["gpu_fallback"]``. Also accepts a decoder object with
+            ``device`` and ``decode(list[bytes]) -> list[tensor | None]``.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
@@ -74,7 +80,7 @@ class DataLoader:
                  enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
-                 gpu_decode: bool = False, cache_dir: str | None = None, return_keys: bool = False) -> None:
+                 gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
@@ -105,10 +111,7 @@ class DataLoader:
         self.pin_memory = (self.device is not None) if pin_memory is None else pin_memory
         if self.pin_memory and not gpu_available():
             self.pin_memory = False  # page-locking needs the CUDA runtime
-        if gpu_decode:
-            warnings.warn("turbofeed: gpu_decode=True: nvJPEG decoding is not in this build; "
-                          "decoding on the CPU", RuntimeWarning, stacklevel=2)
-            self.stats.count_error("gpu_fallback")
+        self._gpu_decoder = self._gpu_decoder_for(gpu_decode)
         # Where the epoch stands: the current plan begins after ``_start`` samples of the
         # global order (non-zero after an elastic resume) and ``_batches_done`` of its
         # batches were delivered; ``_batches_base`` carries a resumed state's count.
@@ -123,6 +126,31 @@ class DataLoader:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
                              f"has {self._per_rank()} samples")
         self._pools: dict[tuple, SlotPool] = {}
+
+    def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
+        """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
+        if gpu_decode is False or gpu_decode is None:
+            return None
+        if self.transform is None or self.transform.size is None:
+            reason = "it needs a transform with a fixed output size"
+            decoder = None
+        elif gpu_decode is True:
+            from ..decode.gpu import GpuDecodeUnavailable, GpuDecoder
+
+            try:
+                decoder = GpuDecoder(self.device or "cuda")
+            except GpuDecodeUnavailable as exc:
+                decoder, reason = None, str(exc)
+        else:
+            decoder = gpu_decode  # a user-supplied batch decoder
+        if decoder is None:
+            warnings.warn(f"turbofeed: gpu_decode=True but {reason}; decoding on the CPU",
+                          RuntimeWarning, stacklevel=3)
+            self.stats.count_error("gpu_fallback")
+            return None
+        if torch.device(decoder.device).type == "cuda":
+            self.device = torch.device(decoder.device)  # batches are born on the decoder's GPU
+        return decoder
 
     # -- sizes -------------------------------------------------------------------------
     def _per_rank(self) -> int:
@@ -249,7 +277,16 @@ class _LoaderIterator:
                                start=loader._start)
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=self.epoch)
         self.fixed = fixed
-        if fixed:
+        self.gpu = None
+        if loader._gpu_decoder is not None:
+            self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, loader._policy, loader.channels_last)
+            self.device_output = None
+            fill = self.gpu.fill
+
+            def acquire() -> list:
+                return [None] * loader.batch_size
+            self.pool = None
+        elif fixed:
             dtype = np.dtype(np.uint8) if worker_transform.output is None else worker_transform.output.dtype
             pool = loader._slot_pool(dtype)
             channels_first = not loader.channels_last
@@ -269,7 +306,8 @@ class _LoaderIterator:
             self.pool = None
         self.stream = BatchStream(plan, fill, acquire, loader._policy, start=loader._batches_done,
                                   num_workers=loader.num_workers, prefetch=loader.prefetch)
-        self.cuda = CudaDelivery(loader.device) if loader.device is not None and loader.device.type == "cuda" else None
+        on_gpu = loader.device is not None and loader.device.type == "cuda" and self.gpu is None
+        self.cuda = CudaDelivery(loader.device) if on_gpu else None
         self._held: tuple[Slot, Any] | None = None  # slot whose async copy may still run
 
     def __iter__(self) -> "_LoaderIterator":
@@ -304,6 +342,8 @@ class _LoaderIterator:
         return keys
 
     def _to_tensors(self, job: Job) -> tuple[Any, Any]:
+        if self.gpu is not None:
+            return self.gpu.to_tensors(job)
         keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"
         if not self.fixed:
             items = [job.slot[i] for i in keep]

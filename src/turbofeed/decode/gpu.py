@@ -1,0 +1,115 @@
+"""GPU decoding: a batch of encoded JPEGs to CUDA tensors in one call (nvJPEG).
+
+Backends, in order of preference when ``backend="auto"``:
+
+- ``nvimgcodec``: NVIDIA nvImageCodec (``pip install nvidia-nvimgcodec-cu12[nvjpeg]``),
+  batched, uses the hardware JPEG engines of A100/H100 where present.
+- ``torchvision``: ``torchvision.io.decode_jpeg(list, device="cuda")``, batched nvJPEG.
+
+Images a backend rejects (CMYK, unusual sampling, corrupt data) come back as None so
+the caller can decode them on the CPU; nothing here raises for one bad image.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+BACKENDS = ("nvimgcodec", "torchvision")
+
+
+class GpuDecodeUnavailable(RuntimeError):
+    """No usable GPU decoder here; the message says why."""
+
+
+def find_backend(preferred: str = "auto") -> tuple[str | None, str]:
+    """(backend name or None, reason) for GPU decoding on this machine. Never raises."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return None, "no CUDA GPU visible to PyTorch"
+    wanted = BACKENDS if preferred == "auto" else (preferred,)
+    missing = []
+    for name in wanted:
+        module = "nvidia.nvimgcodec" if name == "nvimgcodec" else "torchvision.io"
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            return name, f"{name} on {torch.cuda.get_device_name()}"
+        missing.append(name)
+    return None, f"none of {missing} is installed (pip install nvidia-nvimgcodec-cu12[nvjpeg])"
+
+
+class GpuDecoder:
+    """Decode batches of JPEG bytes into (3, H, W) uint8 CUDA tensors.
+
+    Args:
+        device: the CUDA device (``"cuda:0"``).
+        backend: ``"auto"``, ``"nvimgcodec"`` or ``"torchvision"``.
+
+    Raises:
+        GpuDecodeUnavailable: no GPU or no backend, with the reason.
+    """
+
+    def __init__(self, device: Any = "cuda", backend: str = "auto") -> None:
+        name, reason = find_backend(backend)
+        if name is None:
+            raise GpuDecodeUnavailable(reason)
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.backend = name
+        self.description = reason
+        if name == "nvimgcodec":
+            from nvidia import nvimgcodec
+
+            self._nvimgcodec = nvimgcodec
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self._decoder = nvimgcodec.Decoder(device_id=index)
+            self._params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.RGB,
+                                                   apply_exif_orientation=False)
+
+    def decode(self, datas: Sequence[bytes]) -> list[Any | None]:
+        """One batched decode; returns a (3, H, W) uint8 tensor per input, None where rejected."""
+        if not datas:
+            return []
+        if self.backend == "nvimgcodec":
+            return self._decode_nvimgcodec(datas)
+        return self._decode_torchvision(datas)
+
+    def _decode_nvimgcodec(self, datas: Sequence[bytes]) -> list[Any | None]:
+        torch = self.torch
+        try:
+            images = self._decoder.decode(list(datas), params=self._params)
+        except Exception:
+            images = [None] * len(datas)
+        out = []
+        for image in images:
+            if image is None:
+                out.append(None)
+                continue
+            hwc = torch.as_tensor(image, device=self.device)  # zero-copy via __cuda_array_interface__
+            out.append(hwc.permute(2, 0, 1))
+        return out
+
+    def _decode_torchvision(self, datas: Sequence[bytes]) -> list[Any | None]:
+        torch = self.torch
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+        try:
+            return list(decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device))
+        except Exception:  # one bad image fails the batch: find it, keep the rest
+            out = []
+            for e in encoded:
+                try:
+                    out.append(decode_jpeg(e, mode=ImageReadMode.RGB, device=self.device))
+                except Exception:
+                    out.append(None)
+            return out

@@ -1,0 +1,113 @@
+"""Batched crop + antialiased resize + flip + normalise as plain torch ops (any device).
+
+Every sample of a batch has its own crop box and source size; all are resized to one
+output size in two batched matrix products, so a whole batch is one call on the GPU
+and the same code runs (and is tested) on the CPU.
+
+The weights are Pillow's antialiased bilinear ("triangle") coefficients for a box,
+the same resampling the CPU path uses: for output pixel ``i`` of a box ``[a, b)`` of
+an axis of length ``n`` resized to ``m``::
+
+    scale = (b - a) / m,  fs = max(scale, 1)
+    c_i   = a + (i + 0.5) * scale
+    w_ix  = max(0, 1 - |x + 0.5 - c_i| / fs)  for source pixel x in [0, n), rows normalised
+
+Pillow rounds to 8 bits between its horizontal and vertical pass; here the
+intermediate stays in float, so uint8 results differ from the CPU path by at most
+one level. A flip reverses the rows of the horizontal weights, so it costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .geometry import Window
+from .output import OutputSpec
+
+
+def axis_weights(lengths: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, out: int,
+                 padded: int) -> torch.Tensor:
+    """Resampling weights of one axis for every sample.
+
+    Args:
+        lengths: (N,) source length of each sample along the axis.
+        starts, ends: (N,) box bounds along the axis, in source pixels (floats).
+        out: output length.
+        padded: source length of the padded batch (>= every ``lengths``).
+
+    Returns:
+        float32 (N, out, padded); rows sum to 1; zero beyond each sample's length.
+    """
+    device = starts.device
+    scale = (ends - starts) / out
+    fs = scale.clamp(min=1.0)
+    centers = starts[:, None] + (torch.arange(out, device=device, dtype=torch.float32) + 0.5) * scale[:, None]
+    x = torch.arange(padded, device=device, dtype=torch.float32)
+    w = (1 - ((x + 0.5)[None, None, :] - centers[:, :, None]).abs() / fs[:, None, None]).clamp(min=0)
+    w = w * (x[None, None, :] < lengths[:, None, None])
+    return w / w.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor, out_size: tuple[int, int],
+                 flips: torch.Tensor | None = None, output: OutputSpec | None = None,
+                 channels_last: bool = False) -> torch.Tensor:
+    """Crop each image's box, resize to ``out_size``, flip and normalise, batched.
+
+    Args:
+        images: (N, 3, H, W) uint8 or float, each image in its top-left corner (padded).
+        sizes: (N, 2) the real (height, width) of each image.
+        boxes: (N, 4) crop boxes ``(x0, y0, x1, y1)`` in source pixels (floats).
+        out_size: (height, width) of the output.
+        flips: (N,) bool, mirror left-right.
+        output: normalisation (``Normalize``/``ToDtype`` spec); None -> uint8.
+        channels_last: return NHWC memory (shape stays NCHW).
+
+    Returns:
+        (N, 3, out_h, out_w) tensor on ``images.device``: uint8, or ``output.dtype``.
+    """
+    n, _, height, width = images.shape
+    out_h, out_w = out_size
+    sizes = sizes.to(images.device, torch.float32)
+    boxes = boxes.to(images.device, torch.float32)
+    wy = axis_weights(sizes[:, 0], boxes[:, 1], boxes[:, 3], out_h, height)  # (N, out_h, H)
+    wx = axis_weights(sizes[:, 1], boxes[:, 0], boxes[:, 2], out_w, width)   # (N, out_w, W)
+    if flips is not None:
+        wx = torch.where(flips.to(images.device)[:, None, None], wx.flip(1), wx)
+    pixels = images.to(torch.float32)
+    # Horizontal pass first on all rows, then vertical: (N,3,H,W) -> (N,3,H,out_w) -> (N,3,out_h,out_w).
+    horizontal = torch.matmul(pixels, wx.transpose(1, 2)[:, None])          # (N, 3, H, out_w)
+    result = torch.matmul(wy[:, None], horizontal)                          # (N, 3, out_h, out_w)
+    if output is None:
+        result = result.round_().clamp_(0, 255).to(torch.uint8)
+    else:
+        shape = (1, 3, 1, 1)
+        offset = torch.as_tensor(output.offset, device=result.device).view(shape)
+        factor = torch.as_tensor(output.factor, device=result.device).view(shape)
+        result = ((result - offset) * factor).to(getattr(torch, output.dtype.name))
+    if channels_last:
+        result = result.contiguous(memory_format=torch.channels_last)
+    return result
+
+
+def window_tensors(windows: Sequence[Window]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(boxes (N, 4) float32, flips (N,) bool) of CPU-chosen windows, for :func:`resized_crop`."""
+    boxes = torch.tensor([w.box for w in windows], dtype=torch.float32).reshape(-1, 4)
+    flips = torch.tensor([w.flip for w in windows], dtype=torch.bool)
+    return boxes, flips
+
+
+def pad_batch(images: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack (3, h, w) images of different sizes into one zero-padded (N, 3, H, W) batch.
+
+    Returns:
+        (batch, sizes) with sizes (N, 2) the real (height, width) of each image.
+    """
+    height = max(int(i.shape[1]) for i in images)
+    width = max(int(i.shape[2]) for i in images)
+    batch = images[0].new_zeros((len(images), 3, height, width))
+    for k, image in enumerate(images):
+        batch[k, :, :image.shape[1], :image.shape[2]] = image
+    sizes = torch.tensor([[i.shape[1], i.shape[2]] for i in images], dtype=torch.float32)
+    return batch, sizes

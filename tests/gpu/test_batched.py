@@ -1,0 +1,83 @@
+"""Batched crop/resize/flip/normalise as torch ops: the GPU augmentation, tested on the CPU."""
+
+from __future__ import annotations
+
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+from turbofeed import transforms as T
+from turbofeed.decode import decode
+from turbofeed.transforms.batched import axis_weights, pad_batch, resized_crop, window_tensors
+
+
+@pytest.fixture(scope="module")
+def photos(shard_paths) -> list[np.ndarray]:
+    with tarfile.open(shard_paths[0]) as tar:
+        return [decode(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".jpg")][:12]
+
+
+def cpu_reference(images, windows, output=None):
+    """The CPU path: Pillow resample of each window, then flip and layout as write_slot does."""
+    out = []
+    for image, window in zip(images, windows):
+        pixels = T.resample(image, window)
+        dest = np.empty((3, window.height, window.width), np.uint8 if output is None else np.float32)
+        T.write_slot(pixels, dest, flip=window.flip, channels_first=True, output=output)
+        out.append(dest)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("transform", [T.imagenet_train(64), T.imagenet_eval(56), T.Compose([T.Resize((40, 70))])])
+def test_matches_the_cpu_path_within_one_level(photos, transform):
+    rng = np.random.default_rng(7)
+    windows = [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+    batch, sizes = pad_batch([torch.from_numpy(p).permute(2, 0, 1) for p in photos])
+    boxes, flips = window_tensors(windows)
+    out = resized_crop(batch, sizes, boxes, transform.size, flips)
+    ref = cpu_reference(photos, windows)
+    diff = np.abs(out.numpy().astype(int) - ref.astype(int))
+    # Pillow rounds to 8 bits between its two passes; the batched op keeps floats.
+    assert out.dtype == torch.uint8 and diff.max() <= 1 and diff.mean() < 0.3, (diff.max(), diff.mean())
+
+
+def test_normalised_output_and_channels_last(photos):
+    transform = T.imagenet_train(48, normalize=True)
+    rng = np.random.default_rng(1)
+    windows = [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+    batch, sizes = pad_batch([torch.from_numpy(p).permute(2, 0, 1) for p in photos])
+    boxes, flips = window_tensors(windows)
+    out = resized_crop(batch, sizes, boxes, (48, 48), flips, transform.output, channels_last=True)
+    assert out.dtype == torch.float32 and out.is_contiguous(memory_format=torch.channels_last)
+    ref = cpu_reference(photos, windows, transform.output)
+    # One 8-bit level is 1 / (255 * std) ~ 0.0175 after normalisation.
+    assert np.abs(out.numpy() - ref).max() <= 1.01 / (255 * min(T.IMAGENET_STD))
+
+
+def test_flip_mirrors_exactly():
+    image = torch.arange(2 * 3 * 5 * 7, dtype=torch.float32).reshape(2, 3, 5, 7)
+    sizes = torch.tensor([[5, 7], [5, 7]], dtype=torch.float32)
+    boxes = torch.tensor([[0, 0, 7, 5], [0, 0, 7, 5]], dtype=torch.float32)
+    plain = resized_crop(image, sizes, boxes, (5, 7), torch.tensor([False, False]), T.ToDtype(scale=False).spec)
+    flipped = resized_crop(image, sizes, boxes, (5, 7), torch.tensor([False, True]), T.ToDtype(scale=False).spec)
+    assert torch.equal(plain, image)  # identity box and size: pixels unchanged
+    assert torch.equal(flipped[0], image[0]) and torch.equal(flipped[1], image[1].flip(-1))
+
+
+def test_weights_are_normalised_and_stay_inside_each_image():
+    w = axis_weights(torch.tensor([10.0, 4.0]), torch.tensor([0.0, 1.0]), torch.tensor([10.0, 3.0]), 5, 12)
+    assert w.shape == (2, 5, 12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 5))
+    assert torch.all(w[1, :, 4:] == 0)  # nothing from the padding beyond the second image
+
+
+def test_peer_helpers_without_gpus_say_no():
+    from turbofeed.torch.multi_gpu import MultiGpuTransfer
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert MultiGpuTransfer.can_access_peer(0, 1) is False
+    with pytest.raises(ValueError, match="between GPUs"):
+        MultiGpuTransfer.gpu_to_gpu(torch.zeros(3), "cuda:0")

@@ -1,0 +1,66 @@
+"""Real GPU checks: nvJPEG batched decode and the gpu_decode loader on a CUDA device."""
+
+from __future__ import annotations
+
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+import turbofeed
+from turbofeed import transforms as T
+from turbofeed.decode import decode
+from turbofeed.decode.gpu import GpuDecoder, find_backend
+from turbofeed.torch.multi_gpu import MultiGpuTransfer
+
+if find_backend()[0] is None:
+    pytest.skip(f"no GPU decoder: {find_backend()[1]}", allow_module_level=True)
+
+
+def test_batched_nvjpeg_matches_libjpeg_turbo(shard_paths):
+    with tarfile.open(shard_paths[0]) as tar:
+        datas = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")][:32]
+    decoded = GpuDecoder("cuda").decode(datas)
+    for data, image in zip(datas, decoded):
+        ref = decode(data).transpose(2, 0, 1)
+        assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
+        # nvJPEG's IDCT and upsampling differ slightly from libjpeg-turbo's.
+        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < 1.5
+
+
+def test_cmyk_is_decoded_on_the_cpu(odd_images, tmp_path, tar_writer):
+    path = tar_writer(str(tmp_path / "c.tar"), [("a.jpg", odd_images["cmyk"]), ("b.jpg", odd_images["rgb"])])
+    loader = turbofeed.DataLoader(path, batch_size=2, gpu_decode=True, transform=T.imagenet_eval(32))
+    images, _ = next(iter(loader))
+    assert images.is_cuda and images.shape == (2, 3, 32, 32)
+
+
+def test_gpu_loader_matches_cpu_loader(shards):
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True))
+    gpu = [x for x, _ in turbofeed.DataLoader(shards, gpu_decode=True, **kw)]
+    cpu = [x for x, _ in turbofeed.DataLoader(shards, **kw)]
+    for g, c in zip(gpu, cpu):
+        assert g.is_cuda and g.shape == c.shape
+        assert (g.cpu() - c).abs().mean() < 0.05  # normalised units; ~1 level of 8 bits is 0.017
+
+
+def test_memory_does_not_grow_over_epochs(shards):
+    loader = turbofeed.DataLoader(shards, batch_size=16, gpu_decode=True, transform=T.imagenet_train(64))
+    peaks = []
+    for epoch in range(3):
+        torch.cuda.reset_peak_memory_stats()
+        for _ in loader:
+            pass
+        peaks.append(torch.cuda.max_memory_allocated())
+    assert peaks[2] <= peaks[1] * 1.1
+
+
+def test_peer_copies():
+    x = torch.arange(10, device="cuda:0")
+    assert MultiGpuTransfer.can_access_peer(0, 0)
+    if torch.cuda.device_count() > 1:
+        assert torch.equal(MultiGpuTransfer.gpu_to_gpu(x, "cuda:1").cpu(), x.cpu())
