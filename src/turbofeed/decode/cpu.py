@@ -29,12 +29,28 @@ def decode_pillow(data: bytes) -> np.ndarray:
         return np.asarray(rgb)
 
 
-def decode(data: bytes) -> np.ndarray:
-    """Decode any supported image to an HWC uint8 RGB array.
+def as_rgb(array: np.ndarray) -> np.ndarray:
+    """A pre-decoded image (HW, HW1, HW3 or HW4, uint8) as HWC uint8 RGB, without a copy
+    when it already is one."""
+    if array.dtype != np.uint8:
+        raise ValueError(f"array sample has dtype {array.dtype}; turbofeed images are uint8")
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
+        raise ValueError(f"array sample of shape {array.shape} is not an image (H, W[, 1|3|4])")
+    if array.shape[2] == 1:
+        return np.repeat(array, 3, axis=2)
+    return array[:, :, :3]
+
+
+def decode(data: bytes | np.ndarray) -> np.ndarray:
+    """Decode any supported image to an HWC uint8 RGB array (arrays pass through).
 
     Raises:
         ValueError: empty, truncated, corrupt or unsupported image, with the reason.
     """
+    if isinstance(data, np.ndarray):
+        return as_rgb(data)
     if not data:
         raise ValueError("empty file (0 bytes)")
     if is_jpeg(data):

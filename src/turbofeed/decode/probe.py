@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+import numpy as np
 import simplejpeg
 from PIL import Image
 
@@ -16,16 +17,20 @@ class ImageInfo:
     format: str  # "jpeg" or Pillow's format name, lower case
 
 
-def is_jpeg(data: bytes) -> bool:
-    return data[:3] == b"\xff\xd8\xff"
+def is_jpeg(data: object) -> bool:
+    return isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def probe(data: bytes) -> ImageInfo:
-    """Read the image size from the header.
+def probe(data: bytes | np.ndarray) -> ImageInfo:
+    """Read the image size from the header (or the shape of a pre-decoded array).
 
     Raises:
         ValueError: the bytes are empty or no known image format.
     """
+    if isinstance(data, np.ndarray):  # pre-decoded sources (HDF5, Zarr, .npy): HWC or HW
+        if data.ndim not in (2, 3):
+            raise ValueError(f"array sample of shape {data.shape} is not an image (H, W[, C])")
+        return ImageInfo(data.shape[0], data.shape[1], "array")
     if not data:
         raise ValueError("empty file (0 bytes)")
     if is_jpeg(data):
