@@ -1,0 +1,93 @@
+"""Shared by the peer scripts (stdlib + numpy only): arguments, the data, torchvision's
+RandomResizedCrop parameters, and the timing loop that prints one JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import tarfile
+import time
+from collections.abc import Callable, Iterable
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def parse(description: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", required=True, help="folder of WebDataset shards (KEY.jpg + KEY.cls)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=2, help="timed epochs")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed epochs first")
+    ap.add_argument("--pipeline", choices=["train", "eval", "train-float"], default="train")
+    ap.add_argument("--cache", default=os.path.join(os.path.dirname(__file__), "..", ".data", "peers"),
+                    help="where peers keep converted data (FFCV .beton, merged tar)")
+    return ap.parse_args()
+
+
+def shards(data: str) -> list[str]:
+    found = sorted(glob.glob(os.path.join(data, "*.tar")))
+    if not found:
+        raise SystemExit(f"no .tar shards in {data}")
+    return found
+
+
+def members(paths: list[str]) -> list[tuple[str, int, int, int]]:
+    """(shard, jpg offset, jpg size, label) per sample, in storage order."""
+    out = []
+    for path in paths:
+        with tarfile.open(path) as tar:
+            pending: dict[str, dict] = {}
+            for m in tar:
+                key, ext = m.name.split(".", 1)
+                entry = pending.setdefault(key, {})
+                if ext == "jpg":
+                    entry["jpg"] = (m.offset_data, m.size)
+                elif ext == "cls":
+                    entry["cls"] = int(tar.extractfile(m).read())
+            for key, e in pending.items():
+                out.append((path, e["jpg"][0], e["jpg"][1], e["cls"]))
+    return out
+
+
+def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
+               ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """torchvision RandomResizedCrop.get_params: (left, top, w, h)."""
+    area = width * height
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
+        w, h = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def run(peer: str, version: str, args: argparse.Namespace, epoch: Callable[[int], Iterable],
+        count: Callable[[object], int] = len) -> None:
+    """Warm-up epochs, then timed epochs; images/s = images delivered / epoch wall time."""
+    rates, images = [], 0
+    for e in range(args.warmup + args.epochs):
+        started, images = time.perf_counter(), 0
+        for batch in epoch(e):
+            images += count(batch)
+        if e >= args.warmup:
+            rates.append(images / (time.perf_counter() - started))
+    print(json.dumps({"peer": peer, "pipeline": args.pipeline, "images_per_s": rates, "images": images,
+                      "version": version, "batch_size": args.batch_size, "workers": args.workers}), flush=True)
+
+
+def unsupported(peer: str, args: argparse.Namespace, reason: str) -> None:
+    print(json.dumps({"peer": peer, "pipeline": args.pipeline, "unsupported": reason}), flush=True)
