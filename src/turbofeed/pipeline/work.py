@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..decode import decode, probe
+from ..decode import decode, is_jpeg, native, probe
 from ..errors import SampleError
 from ..io import Dataset
 from ..transforms import Compose, resample, write_slot
@@ -39,6 +39,7 @@ class SampleWork:
         self.stats = stats
         self.seed = seed
         self.epoch = epoch
+        self.native = native.available() and transform is not None
 
     def _error(self, gid: int, stage: str, exc: BaseException) -> SampleError:
         shard, key = self.dataset.describe(gid)
@@ -56,6 +57,47 @@ class SampleWork:
     def load(self, gid: int) -> Decoded:
         """Fetch, decode and resample one sample (no flip applied yet)."""
         data = self.fetch(gid)
+        if self.native:
+            sample = self._native(gid, data, None, channels_first=False)
+            if sample is not None:
+                return sample
+        return self._decode(gid, data)
+
+    def _native(self, gid: int, data: bytes, out: np.ndarray | None, *,
+                channels_first: bool) -> Decoded | None:
+        """Decode only the crop window of a JPEG and resize it in one native call, into
+        ``out`` (a slot: flipped and converted; ``pixels`` is then ``out``) or, without
+        ``out``, into a new HWC array (flip left to the caller). None when the general path
+        must do it (not a JPEG, CMYK, corrupt, truncated, another size than ``out``): that
+        path then decides, and names any error."""
+        if not is_jpeg(data):
+            return None
+        started = time.perf_counter()
+        try:
+            window = self.transform.window(*native.header(data)[:2], self._rng(gid))
+            spec = self.transform.output
+            if out is None:
+                out = np.empty((window.height, window.width, 3), np.uint8)
+                native.crop_resize(data, window.box, out, channels_first=False)
+            elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
+                return None
+            elif spec is None or out.dtype == np.float32:
+                native.crop_resize(data, window.box, out, flip=window.flip, channels_first=channels_first,
+                                   offset=None if spec is None else spec.offset,
+                                   factor=None if spec is None else spec.factor)
+            else:  # float16/float64: through a uint8 scratch, converted by numpy
+                pixels = native.scratch(window.height, window.width)
+                native.crop_resize(data, window.box, pixels, flip=window.flip, channels_first=False)
+                write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
+        except (NotImplementedError, ValueError):
+            return None
+        except Exception as exc:
+            raise self._error(gid, "decode.cpu", exc) from exc
+        finally:
+            self.stats.add_times(decode_cpu=time.perf_counter() - started)
+        return Decoded(out, window.flip, int(self.dataset.labels[gid]))
+
+    def _decode(self, gid: int, data: bytes) -> Decoded:
         started = time.perf_counter()
         stage = "decode.cpu"
         try:
@@ -84,7 +126,15 @@ class SampleWork:
 
     def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
         """Load sample ``gid`` straight into ``slot.images[j]``."""
-        sample = self.load(gid)
+        if self.native:
+            data = self.fetch(gid)
+            sample = self._native(gid, data, slot.images[j], channels_first=channels_first)
+            if sample is not None:
+                slot.labels[j] = sample.label
+                return
+            sample = self._decode(gid, data)
+        else:
+            sample = self.load(gid)
         started = time.perf_counter()
         try:
             out = slot.images[j]

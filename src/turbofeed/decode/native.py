@@ -1,0 +1,95 @@
+"""Native JPEG fast path: decode only the crop window, resize, flip and write into a batch
+slot in one C call that releases the GIL (the optional extension ``turbofeed.decode._crop``,
+built against libjpeg-turbo by ``pip install`` when a compiler and the libjpeg headers are
+present; without it :func:`available` is False and turbofeed uses its Python path).
+
+What it computes: the pixels of
+``Image.fromarray(decode(data)).resize((w, h), Image.BILINEAR, box=box)`` (the Python
+path, :func:`turbofeed.transforms.resample`) bit for bit, measured max difference 0 on
+the test images. It decodes only the rows and columns the filter reads, and stops after
+the last row it needs. Set ``TURBOFEED_NATIVE=0`` to turn it off.
+
+Fallbacks: :class:`NotImplementedError` for streams it leaves to the general decoder
+(CMYK/YCCK, or bytes that do not end with an EOI marker: they may be truncated in a part
+it never decodes, and the strict full decode must judge them). :class:`ValueError` for
+corrupt data (libjpeg's warnings count as errors) or bad arguments.
+
+Example::
+
+    out = np.empty((3, 224, 224), np.uint8)
+    crop_resize(data, window.box, out, flip=window.flip, channels_first=True)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+try:
+    from . import _crop
+except ImportError:  # built without a compiler or the libjpeg headers
+    _crop = None
+
+_ENABLED = _crop is not None and os.environ.get("TURBOFEED_NATIVE", "1") != "0"
+_scratch = threading.local()
+
+
+def available() -> bool:
+    """True when the extension is built and not turned off with ``TURBOFEED_NATIVE=0``."""
+    return _ENABLED
+
+
+def header(data: bytes) -> tuple[int, int, str]:
+    """``(height, width, colorspace)`` from a JPEG header; colorspace is ``"gray"``,
+    ``"rgb"``, ``"ycbcr"``, ``"cmyk"``, ``"ycck"`` or ``"unknown"``.
+
+    Raises:
+        ValueError: not a JPEG, or an unreadable header.
+    """
+    return _crop.header(data)
+
+
+def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
+                channels_first: bool = True, dct_scale: bool = False,
+                offset: Sequence[float] | None = None, factor: Sequence[float] | None = None) -> None:
+    """Decode the part of JPEG ``data`` under ``box`` and resize it into ``out``.
+
+    Args:
+        data: JPEG bytes (any bytes-like object).
+        box: ``(x0, y0, x1, y1)`` in source pixels, floats (``Window.box``); clamped to
+            the image like :func:`turbofeed.transforms.resample` does.
+        out: C-contiguous ``(3, h, w)`` (``channels_first``) or ``(h, w, 3)`` array, uint8,
+            or float32 with ``offset`` and ``factor``; the output size is its shape.
+        flip: mirror left-right.
+        dct_scale: decode at half size (libjpeg-turbo's exact 1/2 IDCT scaling) when the
+            box is at least twice the output in both axes (about 20% faster then); the
+            pixels are those of the half-size decode, not the Python path's (measured max
+            difference 22 levels, mean 0.94, on 112x112 crops of ImageNet-like JPEGs).
+        offset, factor: 3 numbers each: ``out = (pixel - offset) * factor`` in float32,
+            as :func:`turbofeed.transforms.write_slot` computes it.
+
+    Raises:
+        NotImplementedError: CMYK/YCCK, or no EOI marker at the end: use the general decoder.
+        ValueError: corrupt or not a JPEG, or ``out`` of the wrong shape or dtype.
+    """
+    if out.ndim != 3 or out.shape[0 if channels_first else 2] != 3:
+        raise ValueError(f"out must be (3, h, w) or (h, w, 3), got shape {out.shape}")
+    h, w = out.shape[1:] if channels_first else out.shape[:2]
+    x0, y0, x1, y1 = box
+    if offset is None and factor is None:
+        _crop.crop_resize(data, x0, y0, x1, y1, out, h, w, flip, channels_first, dct_scale)
+    else:
+        _crop.crop_resize(data, x0, y0, x1, y1, out, h, w, flip, channels_first, dct_scale,
+                          tuple(map(float, offset)), tuple(map(float, factor)))
+
+
+def scratch(height: int, width: int) -> np.ndarray:
+    """A per-thread ``(height, width, 3)`` uint8 array, reused across calls (for outputs
+    of a dtype the extension does not write, converted afterwards)."""
+    array = getattr(_scratch, "array", None)
+    if array is None or array.shape != (height, width, 3):
+        array = _scratch.array = np.empty((height, width, 3), np.uint8)
+    return array
