@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.metadata
 import json
 import math
 import os
@@ -55,6 +56,25 @@ def members(paths: list[str]) -> list[tuple[str, int, int, int]]:
     return out
 
 
+def read(item: tuple[str, int, int, int]) -> bytes:
+    """The JPEG bytes of one members() entry (positioned read: no shared file offset)."""
+    path, offset, size, _ = item
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def version(distribution: str) -> str:
+    """Installed version of a distribution; module __version__ strings can be stale
+    (ffcv 1.0.2 reports 0.0.3rc1)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
                ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
     """torchvision RandomResizedCrop.get_params: (left, top, w, h)."""
@@ -75,18 +95,36 @@ def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
     return (width - w) // 2, (height - h) // 2, w, h
 
 
+def eval_geometry(width: int, height: int, resize: int = 256, crop: int = 224) -> tuple[int, int, int, int]:
+    """torchvision Resize(resize) (short side) + CenterCrop(crop): (resized w, resized h, left, top)."""
+    s = resize / min(width, height)
+    rw, rh = max(resize, int(width * s)), max(resize, int(height * s))
+    return rw, rh, int(round((rw - crop) / 2)), int(round((rh - crop) / 2))
+
+
+def _images(batch):
+    """The image array of a batch: (images, labels, ...) tuples and lists, or a bare array."""
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
 def run(peer: str, version: str, args: argparse.Namespace, epoch: Callable[[int], Iterable],
-        count: Callable[[object], int] = len) -> None:
-    """Warm-up epochs, then timed epochs; images/s = images delivered / epoch wall time."""
-    rates, images = [], 0
+        count: Callable[[object], int] = lambda batch: len(_images(batch))) -> None:
+    """Warm-up epochs, then timed epochs; images/s = images delivered / epoch wall time.
+
+    Prints one JSON line. "output" is the dtype and shape of the first batch, so a table
+    can show that every peer delivered the same thing (uint8 or float32, 224x224)."""
+    rates, images, output = [], 0, None
     for e in range(args.warmup + args.epochs):
         started, images = time.perf_counter(), 0
         for batch in epoch(e):
+            if output is None and hasattr(_images(batch), "dtype"):
+                output = f"{_images(batch).dtype} {tuple(_images(batch).shape)}"
             images += count(batch)
         if e >= args.warmup:
             rates.append(images / (time.perf_counter() - started))
     print(json.dumps({"peer": peer, "pipeline": args.pipeline, "images_per_s": rates, "images": images,
-                      "version": version, "batch_size": args.batch_size, "workers": args.workers}), flush=True)
+                      "version": version, "output": output, "batch_size": args.batch_size,
+                      "workers": args.workers}), flush=True)
 
 
 def unsupported(peer: str, args: argparse.Namespace, reason: str) -> None:

@@ -17,7 +17,7 @@ from nvidia.dali import fn, pipeline_def, types  # noqa: E402
 @pipeline_def
 def build(paths, pipeline):
     jpegs, labels = fn.readers.webdataset(paths=paths, ext=["jpg", "cls"], random_shuffle=True, initial_fill=1024,
-                                          name="Reader")
+                                          pad_last_batch=True, name="Reader")
     if pipeline == "eval":
         images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
         images = fn.resize(images, resize_shorter=256, antialias=True)
@@ -45,14 +45,18 @@ def main():
     steps = -(-size // args.batch_size)
 
     def epoch(_):
+        left = size
         for _ in range(steps):
             images, labels = pipe.run()
-            array = images.as_array()  # (B, 3, 224, 224) uint8 or float32, like the other loaders deliver
+            # pad_last_batch: the last batch is filled up with repeats, which are not delivered images.
+            n = min(left, args.batch_size)
+            left -= n
+            array = images.as_array()[:n]  # (B, 3, 224, 224) uint8 or float32, like the other loaders deliver
             # .cls payloads differ in length, so labels are parsed one by one.
-            ys = np.array([int(bytes(np.asarray(labels[i])).decode()) for i in range(len(labels))])
+            ys = np.array([int(bytes(np.asarray(labels[i])).decode()) for i in range(n)])
             yield array, ys
 
-    C.run("dali", dali.__version__, args, epoch, count=lambda b: len(b[1]))
+    C.run("dali", C.version("nvidia-dali-cuda120"), args, epoch)
 
 
 if __name__ == "__main__":

@@ -41,10 +41,7 @@ class Samples:
         return len(self.items)
 
     def __getitem__(self, i):
-        path, offset, size, label = self.items[i]
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(size)
+        data, label = C.read(self.items[i]), self.items[i][3]
         width, height = Image.open(io.BytesIO(data)).size
         return (data, height, width), label
 
@@ -69,10 +66,11 @@ def main():
     if args.pipeline == "train-float":
         image.append(NormalizeImage(np.array(C.MEAN) * 255, np.array(C.STD) * 255, np.float32))
     image += [ToTensor(), ToTorchImage()]
+    # drop_last=False: FFCV drops the partial last batch by default, the other loaders deliver it.
     loader = Loader(beton(args), batch_size=args.batch_size, num_workers=args.workers, order=OrderOption.RANDOM,
-                    os_cache=True, custom_fields={"image": OriginalJpegField}, pipelines={"image": image, "label": [IntDecoder(), ToTensor(), Squeeze()]})
-    import ffcv
-    C.run("ffcv", getattr(ffcv, "__version__", "1.0.2"), args, lambda e: loader, count=lambda b: len(b[1]))
+                    os_cache=True, drop_last=False, custom_fields={"image": OriginalJpegField},
+                    pipelines={"image": image, "label": [IntDecoder(), ToTensor(), Squeeze()]})
+    C.run("ffcv", C.version("ffcv"), args, lambda e: loader)
 
 
 if __name__ == "__main__":

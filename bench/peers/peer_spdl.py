@@ -61,7 +61,7 @@ def main():
         with pipe.auto_stop():
             yield from pipe.get_iterator()
 
-    C.run("spdl", getattr(spdl, "__version__", "0.8.0"), args, epoch, count=lambda b: len(b[1]))
+    C.run("spdl", getattr(spdl, "__version__", "0.8.0"), args, epoch)
 
 
 if __name__ == "__main__":
