@@ -86,3 +86,90 @@ def write_tar(path: str, members: list[tuple[str, bytes]]) -> str:
 @pytest.fixture
 def tar_writer():
     return write_tar
+
+
+@pytest.fixture(scope="session")
+def fixed_images(tmp_path_factory) -> dict:
+    """48 same-size (40 x 56) JPEGs and their decoded pixels, labels ``i % 5``, keys
+    ``f"{i:08d}"``, and the same samples as two tar shards (``tar_dir``): the reference
+    for the HDF5, Zarr, .npy and Parquet sources, which store these bytes or pixels."""
+    from turbofeed.decode import decode
+    from turbofeed.io.writer import ShardWriter
+
+    count = 48
+    jpegs = [encode(_photo(40, 56, seed=i), quality=90) for i in range(count)]
+    labels = [i % 5 for i in range(count)]
+    keys = [f"{i:08d}" for i in range(count)]
+    out = tmp_path_factory.mktemp("fixed-tar")
+    with ShardWriter(str(out / "shard-%06d.tar"), per_shard=24) as writer:
+        for key, jpg, label in zip(keys, jpegs, labels):
+            writer.write(key, {"jpg": jpg, "cls": str(label).encode()})
+    return {"jpegs": jpegs, "pixels": np.stack([decode(j) for j in jpegs]), "labels": labels,
+            "keys": keys, "tar_dir": str(out)}
+
+
+@pytest.fixture(scope="session")
+def array_dataset(fixed_images, tmp_path_factory):
+    """``build(layout) -> path``: the ``fixed_images`` samples stored in one layout, written
+    with the storage library itself (h5py, zarr, numpy, pyarrow) the way users write them.
+
+    Layouts: ``hdf5-pixels`` (contiguous), ``hdf5-gzip`` (chunks of 8, gzip),
+    ``hdf5-jpeg`` (vlen bytes), ``zarr2-pixels``, ``zarr3-pixels`` (chunks of 8),
+    ``zarr3-jpeg``, ``npy`` (images.npy + labels.npy + keys.npy), ``parquet`` (Hugging
+    Face ``{bytes, path}`` struct, row groups of 10). Built once per session.
+    """
+    built: dict[str, str] = {}
+    root = tmp_path_factory.mktemp("arrays")
+    pixels, jpegs = fixed_images["pixels"], fixed_images["jpegs"]
+    labels = np.array(fixed_images["labels"], dtype=np.int64)
+
+    def build(layout: str) -> str:
+        if layout in built:
+            return built[layout]
+        if layout.startswith("hdf5"):
+            h5py = pytest.importorskip("h5py")
+            path = str(root / f"{layout}.h5")
+            with h5py.File(path, "w") as f:
+                if layout == "hdf5-pixels":
+                    f.create_dataset("images", data=pixels)
+                elif layout == "hdf5-gzip":
+                    f.create_dataset("images", data=pixels, chunks=(8, *pixels.shape[1:]), compression="gzip")
+                else:
+                    ds = f.create_dataset("images", (len(jpegs),), dtype=h5py.vlen_dtype(np.uint8))
+                    for i, jpg in enumerate(jpegs):
+                        ds[i] = np.frombuffer(jpg, np.uint8)
+                f.create_dataset("labels", data=labels)
+        elif layout.startswith("zarr"):
+            zarr = pytest.importorskip("zarr")
+            version = int(layout[4])
+            path = str(root / f"{layout}.zarr")
+            group = zarr.open_group(path, mode="w", zarr_format=version)
+            if layout.endswith("jpeg"):
+                from zarr.core.dtype import VariableLengthBytes
+
+                arr = group.create_array("images", shape=(len(jpegs),), chunks=(8,), dtype=VariableLengthBytes())
+                arr[:] = np.array(jpegs, dtype=object)
+            else:
+                arr = group.create_array("images", shape=pixels.shape, chunks=(8, *pixels.shape[1:]),
+                                         dtype="uint8")
+                arr[:] = pixels
+            group.create_array("labels", shape=labels.shape, dtype="int64")[:] = labels
+        elif layout == "npy":
+            path = str(root / "npy")
+            os.makedirs(path)
+            np.save(os.path.join(path, "images.npy"), pixels)
+            np.save(os.path.join(path, "labels.npy"), labels)
+            np.save(os.path.join(path, "keys.npy"), np.array(fixed_images["keys"]))
+        elif layout == "parquet":
+            pa = pytest.importorskip("pyarrow")
+            pq = pytest.importorskip("pyarrow.parquet")
+            path = str(root / "train-00000-of-00001.parquet")
+            images = [{"bytes": jpg, "path": f"{i:08d}.jpg"} for i, jpg in enumerate(jpegs)]
+            table = pa.table({"image": images, "label": labels})
+            pq.write_table(table, path, row_group_size=10)
+        else:
+            raise ValueError(layout)
+        built[layout] = path
+        return path
+
+    return build

@@ -1,4 +1,4 @@
-"""The ``turbofeed`` command: make-dataset, inspect, bench."""
+"""The ``turbofeed`` command: make-dataset, convert, inspect, bench."""
 
 from __future__ import annotations
 
@@ -34,6 +34,37 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _format_options(pairs: list[str] | None) -> dict | None:
+    """``["images=pixels", "labels=none", "mmap=false"]`` -> format_options."""
+    if not pairs:
+        return None
+    words = {"none": None, "true": True, "false": False}
+    options = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"turbofeed: error: --option wants NAME=VALUE, got {pair!r}")
+        options[name.strip()] = words.get(value.strip().lower(), value.strip())
+    return options
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ._convert import to_npy, to_tar
+
+    started = time.perf_counter()
+    options = _format_options(args.option)
+    if args.to == "tar":
+        shards = to_tar(args.src, args.dst, per_shard=args.per_shard, format=args.format,
+                        format_options=options)
+        print(f"{len(shards)} shards in {args.dst} ({time.perf_counter() - started:.1f} s)")
+    else:
+        path = to_npy(args.src, args.dst, size=args.size, workers=args.workers, format=args.format,
+                      format_options=options)
+        shape = np.load(path, mmap_mode="r").shape
+        print(f"{path}: {shape[0]} images of {shape[1]}x{shape[2]} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .decode import probe
     from .io import Dataset
@@ -51,7 +82,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except (OSError, ValueError):
             unreadable += 1
             continue
-        sizes.append((info.height, info.width, len(data)))
+        sizes.append((info.height, info.width, data.nbytes if isinstance(data, np.ndarray) else len(data)))
         formats[info.format] += 1
     arr = np.array(sizes, dtype=np.int64).reshape(-1, 3)
     report = {
@@ -128,6 +159,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gds_status(args: argparse.Namespace) -> int:
+    """CUDA devices, KvikIO, cuFile/GDS, P2P and the effective GDS config, with reasons."""
+    from .gds.status import format_status, probe
+
+    status = probe(config_path=args.config)
+    print(json.dumps(status.as_dict(), indent=2) if args.json else format_status(status))
+    return 1 if status.config_error else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turbofeed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,6 +182,21 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--layout", choices=["wds", "folder"], default="wds")
     make.add_argument("--from-folder", metavar="DIR", help="convert this ImageFolder tree instead")
     make.set_defaults(func=cmd_make_dataset)
+
+    convert = sub.add_parser("convert", help="convert between layouts: ImageFolder, Parquet, ... -> tar "
+                                             "shards; any dataset -> fixed-size uint8 .npy (resumable)")
+    convert.add_argument("src", help="dataset: shards, pattern, folder, .parquet, .h5, .zarr, .npy")
+    convert.add_argument("dst", help="output folder (a rerun continues an unfinished conversion)")
+    convert.add_argument("--to", choices=["tar", "npy"], required=True,
+                         help="tar: encoded images into shards; npy: decoded, resized, centre-cropped pixels")
+    convert.add_argument("--per-shard", type=int, default=1000, help="samples per tar shard")
+    convert.add_argument("--size", type=int, default=224, help="--to npy: output height and width")
+    convert.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="--to npy: decode threads")
+    convert.add_argument("--format", choices=["tar", "folder", "hdf5", "zarr", "npy", "parquet"],
+                         help="what SRC is, when its extension does not say")
+    convert.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
+                         help="a format option, e.g. -o images=pixels -o labels=none (see docs/formats.md)")
+    convert.set_defaults(func=cmd_convert)
 
     inspect = sub.add_parser("inspect", help="counts, classes, image sizes of a dataset")
     inspect.add_argument("data", nargs="+", help="shards, pattern, or folder")
@@ -159,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--size", type=int, default=224)
     bench.add_argument("--pipeline", choices=["train", "train-float", "eval"], default="train")
     bench.set_defaults(func=cmd_bench)
+
+    gds = sub.add_parser("gds-status", help="what the GPUDirect-style client can use here, and why: CUDA, "
+                                            "KvikIO, cuFile/GDS, P2P, effective config and its sources")
+    gds.add_argument("--config", metavar="YAML", help="GDS config file (default: $TURBOFEED_GDS_CONFIG)")
+    gds.add_argument("--json", action="store_true")
+    gds.set_defaults(func=cmd_gds_status)
     return parser
 
 

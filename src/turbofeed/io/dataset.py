@@ -5,15 +5,22 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import DatasetError
+from .arrays import parse_options
 from .folder import FolderSource
+from .formats import ARRAY_FORMATS, open_source
 from .paths import PathSpec, resolve
 from .source import Source
 from .tar import TarSource
+
+if TYPE_CHECKING:
+    from .s3 import S3Shards
+    from .s3client import S3Config
 
 log = logging.getLogger("turbofeed")
 
@@ -29,15 +36,35 @@ class Dataset:
         spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.paths.resolve`).
         on_damage: ``"raise"`` or ``"skip"`` for truncated/corrupt shards.
         cache_dir: tar index cache directory.
+        format: ``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"`` or ``"parquet"`` for
+            every path, instead of telling by extension (see :mod:`turbofeed.io.formats`).
+        format_options: names inside HDF5/Zarr/.npy/Parquet sources, e.g.
+            ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays`).
+        s3: endpoint, credentials and limits for ``s3://`` shards (an
+            :class:`~turbofeed.io.s3client.S3Config`; default: the process default). Their
+            node cache lives under ``cache_dir``.
     """
 
-    def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None) -> None:
-        located = resolve(spec)
+    def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
+                 format: str | None = None, format_options: dict | None = None,
+                 s3: S3Config | None = None) -> None:
+        parse_options(format_options)  # a misspelt option fails before any file is opened
+        located = resolve(spec, format, s3=s3)
+        remote = [path for kind, path in located if kind == "s3"]
+        self.s3: S3Shards | None = None
+        if remote:
+            from .s3 import S3Shards
+
+            self.s3 = S3Shards(remote, config=s3, cache_dir=cache_dir)
 
         def open_one(item: tuple[str, str]) -> Source:
             kind, path = item
             if kind == "tar":
                 return TarSource(path, on_damage=on_damage, cache_dir=cache_dir)
+            if kind == "s3":
+                return self.s3.open(path, on_damage=on_damage)
+            if kind in ARRAY_FORMATS:
+                return open_source(kind, path, format_options, s3=s3)
             return FolderSource(path)
 
         # Index files are small reads: threads overlap their latency on slow disks.
@@ -96,9 +123,15 @@ class Dataset:
         return {"sources": [[os.path.basename(os.path.normpath(s.path)), len(s.table)]
                             for s in self.sources]}
 
+    def storage_stats(self) -> dict | None:
+        """Requests, retries and cache hits of the ``s3://`` shards (None without any)."""
+        return None if self.s3 is None else self.s3.stats()
+
     def close(self) -> None:
         for s in self.sources:
             s.close()
+        if self.s3 is not None:
+            self.s3.close()
 
     def __repr__(self) -> str:
         return f"Dataset(samples={self.num_samples}, sources={len(self.sources)})"

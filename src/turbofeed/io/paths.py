@@ -6,9 +6,13 @@ import glob
 import os
 import re
 from collections.abc import Sequence
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from ..errors import DatasetError
+from .formats import check_format, classify_file, expand_dir
+
+if TYPE_CHECKING:
+    from .s3client import S3Config
 
 PathSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -41,13 +45,21 @@ def expand_braces(pattern: str) -> list[str]:
     return [head + o + t for o in options for t in expand_braces(tail)]
 
 
-def resolve(spec: PathSpec) -> list[tuple[str, str]]:
-    """Return ``[(kind, path)]`` with kind ``"tar"`` or ``"folder"``, in a stable order.
+def resolve(spec: PathSpec, format: str | None = None, *,
+            s3: S3Config | None = None) -> list[tuple[str, str]]:
+    """Return ``[(kind, path)]`` with kind ``"tar"``, ``"folder"`` or an array/table format
+    (``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"``: see :mod:`turbofeed.io.formats`), in a
+    stable order. ``format`` says what every path is instead of its extension.
+    ``s3://`` items give kind ``"s3"`` (tar shard URLs, see
+    :func:`turbofeed.io.s3.resolve_urls`), reached with ``s3`` (an
+    :class:`~turbofeed.io.s3client.S3Config`; default: the process default and the AWS
+    variables and profile).
 
     Raises:
         DatasetError: a path is missing, a pattern matches nothing, a file is not a
-            tar shard, an S3 URL was given, or nothing was given at all.
+            tar shard, an S3 object is missing, or nothing was given at all.
     """
+    check_format(format)
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     if not items:
         raise DatasetError("no dataset paths given (an empty list)")
@@ -55,8 +67,15 @@ def resolve(spec: PathSpec) -> list[tuple[str, str]]:
     for item in items:
         text = os.fspath(item)
         if text.startswith("s3://"):
-            raise DatasetError(f"{text}: s3:// datasets are not supported yet; copy the shards "
-                               "locally (e.g. `aws s3 sync`) and pass the local path")
+            if format == "zarr" or (format is None and text.rstrip("/").endswith(".zarr")):
+                out.append(("zarr", text.rstrip("/")))  # a Zarr store: read through zarr
+                continue
+            if format not in (None, "tar"):
+                raise DatasetError(f"{text}: s3:// datasets are WebDataset .tar shards, not {format}")
+            from .s3 import resolve_urls
+
+            out.extend(("s3", url) for url in resolve_urls(text, s3))
+            continue
         paths = expand_braces(os.path.expanduser(text))
         missing = []
         for path in paths:
@@ -65,9 +84,9 @@ def resolve(spec: PathSpec) -> list[tuple[str, str]]:
                 if not hits:
                     raise DatasetError(f"{path}: pattern matches no files")
                 for hit in hits:
-                    out.extend(_expand_dir(hit) if os.path.isdir(hit) else [_classify(hit)])
+                    out.extend(_expand_dir(hit, format) if os.path.isdir(hit) else [_classify(hit, format)])
             elif os.path.exists(path):
-                out.extend(_expand_dir(path) if os.path.isdir(path) else [_classify(path)])
+                out.extend(_expand_dir(path, format) if os.path.isdir(path) else [_classify(path, format)])
             else:
                 missing.append(path)
         if missing:
@@ -77,16 +96,24 @@ def resolve(spec: PathSpec) -> list[tuple[str, str]]:
     return out
 
 
-def _expand_dir(path: str) -> list[tuple[str, str]]:
-    """A directory of .tar shards is a shard list; any other directory is an ImageFolder."""
+def _expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
+    """A directory of .tar shards is a shard list; a Zarr store or a folder of array/table
+    files is those (:func:`turbofeed.io.formats.expand_dir`); any other is an ImageFolder."""
+    found = expand_dir(path, format)
+    if found is not None:
+        return found
     tars = sorted(e.path for e in os.scandir(path) if e.is_file() and e.name.endswith(".tar"))
     return [("tar", t) for t in tars] if tars else [("folder", path)]
 
 
-def _classify(path: str) -> tuple[str, str]:
+def _classify(path: str, format: str | None = None) -> tuple[str, str]:
+    found = classify_file(path, format)
+    if found is not None:
+        return found
     if path.endswith(".tar"):
         return "tar", path
     if path.endswith((".tar.gz", ".tgz")):
         raise DatasetError(f"{path}: compressed tar; turbofeed reads plain .tar shards "
                            "(decompress once with `gunzip`) for random access")
-    raise DatasetError(f"{path}: not a .tar shard or a folder")
+    raise DatasetError(f"{path}: not a .tar shard, a folder or a known array/table file "
+                       "(.h5, .zarr, .npy, .parquet); pass format=... to say what it is")

@@ -11,7 +11,8 @@ import tarfile
 class ShardWriter:
     """Write samples into ``pattern % shard_number`` tars of ``per_shard`` samples each.
 
-    Each shard is written as ``<name>.tmp`` and renamed when complete.
+    Each shard is written as ``<name>.tmp`` and renamed when complete. Numbering starts
+    at ``first`` (a resumed conversion writes only the shards still missing).
 
     Example::
 
@@ -19,11 +20,12 @@ class ShardWriter:
             w.write("00000001", {"jpg": jpeg_bytes, "cls": b"7"})
     """
 
-    def __init__(self, pattern: str, per_shard: int = 1000) -> None:
+    def __init__(self, pattern: str, per_shard: int = 1000, first: int = 0) -> None:
         if per_shard < 1:
             raise ValueError(f"per_shard must be >= 1, got {per_shard}")
         self.pattern = pattern
         self.per_shard = per_shard
+        self.first = first
         self.shards: list[str] = []
         self._tar: tarfile.TarFile | None = None
         self._in_shard = 0
@@ -40,7 +42,7 @@ class ShardWriter:
 
     def _open_next(self) -> None:
         self._publish()
-        path = self.pattern % len(self.shards)
+        path = self.pattern % (self.first + len(self.shards))
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._tar = tarfile.open(path + ".tmp", "w", format=tarfile.USTAR_FORMAT)
         self.shards.append(path)

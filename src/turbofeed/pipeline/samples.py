@@ -64,6 +64,8 @@ class Pipeline:
         on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples.
         rank, world_size: this process's share of the data (strided split).
         gpu_decode, device_id: accepted for compatibility; decoding runs on the CPU.
+        format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
+            and Parquet sources (as for :class:`turbofeed.DataLoader`).
 
     Example::
 
@@ -79,11 +81,12 @@ class Pipeline:
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
                  on_error: str = "replace", rank: int = 0, world_size: int = 1,
                  gpu_decode: bool = False, device_id: int = 0, prefetch: int | None = None,
-                 cache_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, format: str | None = None,
+                 format_options: dict | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         self.dataset = Dataset(tar_paths, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir)
+                               cache_dir=cache_dir, format=format, format_options=format_options)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..decode import decode, probe
+from ..decode.cpu import as_rgb
 from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stream import Job, fill_position
 from ..pipeline.work import SampleWork
@@ -41,6 +42,11 @@ class Encoded:
     window: Window
     label: int
     pixels: torch.Tensor | None = None
+
+
+def _pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A pre-decoded HWC uint8 image as the (3, H, W) tensor a decoder would return."""
+    return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)
 
 
 class GpuPath:
@@ -96,7 +102,10 @@ class GpuPath:
 
     def _batch(self, job: Job, keep: list[int], started: float) -> tuple[torch.Tensor, torch.Tensor]:
         entries: list[Encoded] = [job.slot[i] for i in keep]
-        decoded = self.decoder.decode([e.data for e in entries])
+        # pre-decoded pixels (HDF5, Zarr, .npy sources) skip the decoder
+        encoded = iter(self.decoder.decode([e.data for e in entries if not isinstance(e.data, np.ndarray)]))
+        decoded = [_pixels_tensor(e.data, self.device) if isinstance(e.data, np.ndarray) else next(encoded)
+                   for e in entries]
         for k, (i, pixels) in enumerate(zip(keep, decoded)):
             entries[k].pixels = pixels
             if pixels is None:  # the GPU refused it: the CPU decodes it, or the policy replaces it

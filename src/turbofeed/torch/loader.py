@@ -62,6 +62,10 @@ class DataLoader:
             ``stats.errors["gpu_fallback"]``. Also accepts a decoder object with
             ``device`` and ``decode(list[bytes]) -> list[tensor | None]``.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
+        format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
+            ``"parquet"``) when its extension does not say; see ``docs/formats.md``.
+        format_options: names of the images/labels/keys datasets, arrays or columns in
+            HDF5, Zarr, .npy and Parquet sources, e.g. ``{"images": "img", "labels": "y"}``.
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
 
@@ -80,13 +84,14 @@ class DataLoader:
                  enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
-                 gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False) -> None:
+                 gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
+                 format: str | None = None, format_options: dict | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir)
+                               cache_dir=cache_dir, format=format, format_options=format_options)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         if isinstance(transform, (list, tuple)):

@@ -1,0 +1,27 @@
+"""Optional dependencies (h5py, zarr, pyarrow), imported only when a format needs them."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..errors import TurbofeedError
+
+
+class MissingExtra(TurbofeedError, ImportError):
+    """A format's library is not installed; the message names the extra that installs it."""
+
+
+def require(module: str, extra: str, what: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingExtra` naming ``pip install 'turbofeed[extra]'``.
+
+    Args:
+        module: the import name (``h5py``, ``zarr``, ``pyarrow.parquet``).
+        extra: the turbofeed extra that installs it (``hdf5``, ``zarr``, ``parquet``).
+        what: what the user asked to read, for the message (``HDF5 file data.h5``).
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtra(f"reading {what} needs the optional package {module.split('.')[0]!r}: "
+                           f"pip install 'turbofeed[{extra}]' ({exc})") from exc
