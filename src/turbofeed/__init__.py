@@ -5,13 +5,14 @@ Public names only; see ``turbofeed.DataLoader`` and ``turbofeed.Pipeline``.
 
 from . import transforms
 from .errors import DatasetError, SampleError, TurbofeedError
+from .io.s3config import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "DataLoader", "DatasetError", "DistributedPipeline", "MultiGpuTransfer", "Pipeline", "Sample", "SampleError", "Stats", "TurbofeedError",
+    "DataLoader", "DatasetError", "DistributedPipeline", "MultiGpuTransfer", "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
 ])
 

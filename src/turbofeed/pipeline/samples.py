@@ -11,6 +11,7 @@ import numpy as np
 from ..decode import decode
 from ..io import Dataset
 from ..io.paths import PathSpec
+from ..io.s3config import S3Config
 from ..plan import make_epoch_plan
 from ..transforms import Compose
 from .policy import ErrorPolicy
@@ -64,6 +65,8 @@ class Pipeline:
         on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples.
         rank, world_size: this process's share of the data (strided split).
         gpu_decode, device_id: accepted for compatibility; decoding runs on the CPU.
+        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
+            :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
         format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
 
@@ -82,11 +85,11 @@ class Pipeline:
                  on_error: str = "replace", rank: int = 0, world_size: int = 1,
                  gpu_decode: bool = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
-                 format_options: dict | None = None) -> None:
+                 format_options: dict | None = None, s3: S3Config | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         self.dataset = Dataset(tar_paths, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options)
+                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform

@@ -13,6 +13,7 @@ import torch
 
 from ..io import Dataset
 from ..io.paths import PathSpec
+from ..io.s3config import S3Config
 from ..pipeline.buffers import Slot, SlotPool, make_array
 from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stats import Stats
@@ -66,6 +67,8 @@ class DataLoader:
             ``"parquet"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources, e.g. ``{"images": "img", "labels": "y"}``.
+        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
+            :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
 
@@ -85,13 +88,13 @@ class DataLoader:
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
-                 format: str | None = None, format_options: dict | None = None) -> None:
+                 format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options)
+                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         if isinstance(transform, (list, tuple)):

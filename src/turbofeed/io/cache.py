@@ -1,0 +1,265 @@
+"""A size-bounded cache of whole remote objects on local disk, shared by the processes of a node.
+
+Layout under ``root``::
+
+    objects/<name>          published, immutable copies (the name hashes URL + ETag + size,
+                            so a changed object gets a new name and never a mixed file)
+    objects/<name>.lock     flock'd by the one process filling <name>; others wait
+    tmp/<name>.<pid>.<tid>.part   a fill in progress, preallocated to its full size
+    evict.lock              flock'd while a process makes room
+
+Safety under concurrent writers: a fill writes a private ``.part`` file and publishes
+it with one atomic ``rename``; readers only ever open published names, so nobody sees
+half a file. The per-name lock stops two processes downloading the same object (if
+the lock cannot be used, both download and the second rename replaces identical
+bytes). Eviction unlinks least-recently-used files; a reader holding one open keeps
+reading it (POSIX keeps the inode), and a reader that finds it gone falls back to the
+network.
+
+Size bound: published files plus ``.part`` reservations stay below ``max_bytes``
+(a fill larger than ``max_bytes`` is refused). Room is made and the ``.part`` file
+created at full size under ``evict.lock``, so two processes never both count on the
+same free bytes. A ``.part`` whose filler died (its name lock is free) is removed the
+next time room is made; other leftovers after an hour. Index files are not counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no cross-process locks, still atomic
+    fcntl = None
+
+log = logging.getLogger("turbofeed")
+
+_TOUCH_EVERY_S = 30.0       # LRU recency is refreshed at most this often per file
+_STALE_PART_S = 3600.0      # a .part untouched this long belongs to a dead process
+_POLL_S = 0.05
+
+
+def object_name(url: str, etag: str, size: int, suffix: str = "") -> str:
+    """File name of one object version: readable tail + digest of (url, etag, size)."""
+    digest = hashlib.sha1(f"{url}\0{etag}\0{size}".encode()).hexdigest()[:24]
+    tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rsplit("/", 1)[-1])[-60:]
+    return f"{digest}-{tail}{suffix}"
+
+
+class _FileLock:
+    """An exclusive ``flock`` on a lock file, tried without blocking."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        if fcntl is None:
+            self.fd = fd
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+class ShardCache:
+    """Whole-object cache of bounded size (see the module docstring for the guarantees).
+
+    Args:
+        root: the cache folder (all processes of a node pass the same one).
+        max_bytes: bound on published + in-progress bytes; default half of
+            (free space + what the cache already holds).
+    """
+
+    def __init__(self, root: str, max_bytes: int | None = None) -> None:
+        self.root = root
+        self.objects = os.path.join(root, "objects")
+        self.tmp = os.path.join(root, "tmp")
+        os.makedirs(self.objects, exist_ok=True)
+        os.makedirs(self.tmp, exist_ok=True)
+        if max_bytes is None:
+            max_bytes = (shutil.disk_usage(root).free + self.used_bytes()) // 2
+        self.max_bytes = int(max_bytes)
+        self._touched: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.evictions = 0
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.objects, name)
+
+    def lookup(self, name: str) -> str | None:
+        """The published file of ``name``, or None; marks it recently used."""
+        path = self.path(name)
+        if not os.path.exists(path):
+            return None
+        self.touch(name)
+        return path
+
+    def touch(self, name: str) -> None:
+        """Refresh ``name``'s recency (throttled: at most one ``utime`` per 30 s)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._touched.get(name, -1e9) < _TOUCH_EVERY_S:
+                return
+            self._touched[name] = now
+        try:
+            os.utime(self.path(name))
+        except OSError:
+            pass
+
+    def fill(self, name: str, size: int, write: Callable[[int], None],
+             stop: threading.Event | None = None) -> str | None:
+        """Publish ``name`` (``size`` bytes written by ``write(fd)``) unless present.
+
+        Waits while another thread or process fills the same name. Returns the
+        published path, or None when ``size`` exceeds the cache bound (nothing written).
+
+        Raises:
+            whatever ``write`` raises (the ``.part`` file is removed, nothing is published).
+            InterruptedError: ``stop`` was set while waiting for another filler.
+        """
+        if size > self.max_bytes:
+            return None
+        lock = _FileLock(self.path(name) + ".lock")
+        while not lock.try_acquire():
+            if os.path.exists(self.path(name)):
+                return self.lookup(name)
+            if stop is not None and stop.is_set():
+                raise InterruptedError(f"stopped while waiting for {name}")
+            time.sleep(_POLL_S)
+        try:
+            found = self.lookup(name)
+            if found is not None:
+                return found
+            part = os.path.join(self.tmp, f"{name}.{os.getpid()}.{threading.get_ident()}.part")
+            fd = self._reserve(part, size, name)
+            try:
+                write(fd)
+                os.rename(part, self.path(name))  # atomic publish
+            except BaseException:
+                try:
+                    os.unlink(part)
+                except OSError:
+                    pass
+                raise
+            finally:
+                os.close(fd)
+            self.touch(name)
+            return self.path(name)
+        finally:
+            lock.release()
+
+    def used_bytes(self) -> int:
+        return sum(size for _, size, _ in self._entries()) + sum(
+            size for _, size, _ in self._entries(self.tmp))
+
+    def _entries(self, folder: str | None = None) -> list[tuple[str, int, float]]:
+        """(path, size, mtime) of cached objects (or of ``.part`` files in ``folder``)."""
+        out = []
+        try:
+            scan = list(os.scandir(folder or self.objects))
+        except FileNotFoundError:
+            return out
+        for entry in scan:
+            if entry.name.endswith(".lock"):
+                continue
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue
+            out.append((entry.path, st.st_size, st.st_mtime))
+        return out
+
+    def _reserve(self, part: str, size: int, name: str) -> int:
+        """Make room and create ``part`` at its full size, under the eviction lock, so two
+        processes cannot both see the same free room; returns its open descriptor.
+        The caller holds ``name``'s lock."""
+        lock = self._evict_lock()
+        try:
+            self._make_room_locked(size, filling=name)
+            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, size)  # sparse, but its size counts for everyone from now on
+            except BaseException:
+                os.close(fd)
+                _unlink(part)
+                raise
+            return fd
+        finally:
+            lock.release()
+
+    def _evict_lock(self) -> _FileLock:
+        lock = _FileLock(os.path.join(self.root, "evict.lock"))
+        deadline = time.monotonic() + 10.0
+        while not lock.try_acquire():  # another process is evicting; it is quick
+            if time.monotonic() > deadline:
+                log.warning("turbofeed: %s held for 10 s; making room without it", lock.path)
+                break
+            time.sleep(_POLL_S)
+        return lock
+
+    def make_room(self, incoming: int) -> None:
+        """Unlink least-recently-used objects until ``incoming`` more bytes fit."""
+        lock = self._evict_lock()
+        try:
+            self._make_room_locked(incoming)
+        finally:
+            lock.release()
+
+    def _make_room_locked(self, incoming: int, filling: str | None = None) -> None:
+        now = time.time()
+        parts = []
+        for path, size, mtime in self._entries(self.tmp):
+            if now - mtime > _STALE_PART_S or self._dead_part(path, filling):
+                _unlink(path)
+            else:
+                parts.append(size)
+        objects = sorted(self._entries(), key=lambda e: e[2])
+        used = sum(parts) + sum(size for _, size, _ in objects)
+        for path, size, _ in objects:
+            if used + incoming <= self.max_bytes:
+                break
+            if _unlink(path):
+                used -= size
+                self.evictions += 1
+                log.debug("turbofeed: cache evicted %s (%d bytes)", path, size)
+
+
+    def _dead_part(self, path: str, filling: str | None) -> bool:
+        """A ``<name>.<pid>.<tid>.part`` nobody fills: its name lock is free (the filler
+        died: the kernel dropped its flock) or held by us, filling ``name`` afresh."""
+        base = os.path.basename(path)
+        if not base.endswith(".part") or fcntl is None:
+            return False
+        name = base.rsplit(".", 3)[0]
+        if name == filling:
+            return True
+        lock = _FileLock(self.path(name) + ".lock")
+        if not os.path.exists(lock.path) or not lock.try_acquire():
+            return False
+        lock.release()
+        return True
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,500 @@
+"""S3-compatible object storage: ranged reads, listings and safe uploads.
+
+Reads (ranged GET, HEAD, LIST) go through obstore (Rust, releases the GIL) when it is
+installed, else boto3; multipart uploads go through boto3, whose explicit
+create/upload/complete/abort calls let us guarantee that a failed upload is aborted.
+The choice was measured: see ``docs/storage.md``. Every request is retried by one
+:class:`~turbofeed.io.retry.RetryPolicy` (library-level retries are off, so retries
+are counted in :class:`S3Stats` and logged at debug level).
+
+Memory bound: at most ``max_concurrency`` requests are in flight per client, and a
+request keeps its slot until its bytes are consumed (written to the cache file or
+copied out), each holding at most ``part_size`` bytes (or one sample), so bytes
+buffered by the client stay below ``max_concurrency * part_size``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import TurbofeedError
+from ._optional import MissingExtra
+from .retry import RemoteError
+from .s3config import (Auth, CredentialsError, ObjectInfo, S3Config, S3Stats, configure,
+                       default_config, parse_size, parse_url)
+
+log = logging.getLogger("turbofeed")
+
+_MIN_PART = 5 << 20          # S3's smallest multipart part (all but the last)
+_MAX_PARTS = 10_000
+_CONNECT_TIMEOUT_S = 5.0
+_FIRST_CONTACT_ATTEMPTS = 3  # connection failures tried before the endpoint ever answered
+_FINAL_STATUS = {400, 401, 403, 404, 405, 409, 411, 412, 416}
+_FINAL_NAMES = {  # obstore and botocore error types that waiting cannot fix
+    "NotFoundError", "PermissionDeniedError", "UnauthenticatedError", "InvalidPathError",
+    "NotSupportedError", "AlreadyExistsError", "PreconditionError", "NotModifiedError",
+    "UnknownConfigurationKeyError", "NoCredentialsError", "PartialCredentialsError",
+    "ParamValidationError", "NoSuchKey", "NoSuchBucket", "NoSuchUpload", "ProfileNotFound"}
+_THROTTLE_CODES = ("SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                   "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
+                   "RequestLimitExceeded", "TooManyRequests")
+_CONNECT_TEXT = ("tcp connect error", "dns error", "connection refused", "(connect)",
+                 "failed to lookup address", "could not connect to the endpoint")
+_STATUS = re.compile(r"status(?: code)?:?\s*(\d{3})\b", re.IGNORECASE)
+
+
+class S3Unavailable(MissingExtra):
+    """No S3 client library is installed (``pip install 'turbofeed[s3]'``); an ImportError."""
+
+
+class ShortRead(OSError):
+    """The server sent fewer bytes than the range asked for (a dropped connection)."""
+
+
+class Unreachable(TurbofeedError):
+    """The endpoint never answered: refused, unknown host or connect timeout. Final."""
+
+
+class LocalWriteError(TurbofeedError):
+    """Bytes arrived but could not be stored locally (disk full). Final."""
+
+
+def _retryable(exc: BaseException) -> bool:
+    """5xx, throttling, timeouts, dropped connections and short bodies: yes; 4xx,
+    missing objects, credentials and local failures: no."""
+    if isinstance(exc, (Unreachable, LocalWriteError, CredentialsError, FileNotFoundError,
+                        PermissionError, ValueError, TypeError)):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError, ShortRead)):
+        return True
+    if type(exc).__name__ in _FINAL_NAMES:
+        return False
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):  # botocore ClientError
+        code = str(response.get("Error", {}).get("Code", ""))
+        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return code in _THROTTLE_CODES or status >= 500 or status in (408, 429)
+    status = _STATUS.search(str(exc))  # obstore's GenericError carries the status in its text
+    return status is None or int(status.group(1)) not in _FINAL_STATUS
+
+
+def _cannot_connect(exc: BaseException) -> bool:
+    """The request never reached a server (as opposed to a server failing it)."""
+    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
+        return True
+    if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError"):
+        return True
+    text = str(exc).lower()
+    return any(s in text for s in _CONNECT_TEXT)
+
+
+def not_found(exc: BaseException | None) -> bool:
+    """``exc`` (or the error it was raised from) says the object does not exist."""
+    while exc is not None:
+        if isinstance(exc, FileNotFoundError) or type(exc).__name__ in ("NotFoundError", "NoSuchKey"):
+            return True
+        response = getattr(exc, "response", None)  # botocore
+        if isinstance(response, dict) and str(response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def changed(exc: BaseException | None) -> bool:
+    """``exc`` (or its cause) is a failed ``If-Match``: the object was replaced."""
+    while exc is not None:
+        if type(exc).__name__ == "PreconditionError":
+            return True
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict) and str(response.get("Error", {}).get("Code")) in (
+                "412", "PreconditionFailed"):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def _require(module: str):
+    try:
+        return __import__(module)
+    except ImportError as exc:
+        raise S3Unavailable(f"s3:// needs the optional package {module!r}: "
+                            f"pip install 'turbofeed[s3]' ({exc})") from exc
+
+
+class S3Client:
+    """Ranged reads, listings and atomic uploads against one S3-compatible service.
+
+    Thread-safe; share one per process and configuration (:func:`turbofeed.io.s3.shared_client`).
+    ``close()`` stops retries in progress.
+
+    Args:
+        config: the :class:`S3Config` (default: :func:`default_config`).
+
+    Raises:
+        CredentialsError: the profile named by ``config.profile`` does not exist.
+        S3Unavailable: neither obstore nor boto3 is installed.
+    """
+
+    def __init__(self, config: S3Config | None = None) -> None:
+        self.config = config or default_config()
+        self.stats = S3Stats()
+        self._stop = threading.Event()
+        self._slots = threading.BoundedSemaphore(self.config.max_concurrency)
+        self.auth = Auth(self.config)
+        self.backend = self._pick_backend()
+        self._stores: dict[str, object] = {}
+        self._boto = None
+        self._lock = threading.Lock()
+        self._reached = False  # has the endpoint ever answered?
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint requests go to (AWS's regional one when none is configured)."""
+        return self.auth.endpoint or f"https://s3.{self.auth.region}.amazonaws.com"
+
+    # ----- backends -------------------------------------------------------------------
+    def _pick_backend(self) -> str:
+        choice = self.config.client
+        if choice == "auto":
+            try:
+                import obstore  # noqa: F401
+                return "obstore"
+            except ImportError:
+                choice = "boto3"
+        _require(choice)
+        return choice
+
+    def _store(self, bucket: str):
+        """The obstore ``S3Store`` of ``bucket`` (made once; raises CredentialsError)."""
+        with self._lock:
+            store = self._stores.get(bucket)
+            if store is None:
+                store = self._stores[bucket] = self._make_store(bucket)
+            return store
+
+    def _make_store(self, bucket: str):
+        from datetime import timedelta
+
+        from obstore.store import S3Store
+
+        a = self.auth
+        kwargs: dict = {"region": a.region}
+        if a.endpoint:
+            kwargs["endpoint"] = a.endpoint
+        if a.anonymous:
+            kwargs["skip_signature"] = True
+        elif a.key:
+            kwargs.update(access_key_id=a.key, secret_access_key=a.secret)
+            if a.token:
+                kwargs["token"] = a.token
+        elif a.session is not None:
+            from obstore.auth.boto3 import Boto3CredentialProvider
+
+            a.credentials()  # fail now, clearly, rather than on every request
+            kwargs["credential_provider"] = Boto3CredentialProvider(a.session)
+        options = {"timeout": timedelta(seconds=self.config.timeout),
+                   "connect_timeout": timedelta(seconds=min(_CONNECT_TIMEOUT_S, self.config.timeout)),
+                   "pool_max_idle_per_host": str(self.config.max_concurrency)}
+        if a.endpoint and a.endpoint.startswith("http://"):
+            options["allow_http"] = True
+        return S3Store(bucket, client_options=options, retry_config={"max_retries": 0}, **kwargs)
+
+    def boto3_client(self):
+        """The boto3 client (library retries off), created on first use.
+
+        Raises:
+            CredentialsError: no credentials were found and the client is not anonymous.
+        """
+        with self._lock:
+            if self._boto is None:
+                boto3 = _require("boto3")
+                import botocore
+                from botocore.config import Config
+
+                a = self.auth
+                options = dict(max_pool_connections=self.config.max_concurrency + 4,
+                               # total_max_attempts counts the first try; botocore's "max_attempts" key
+                               # counts retries, so {"max_attempts": 1} would retry once, unseen.
+                               retries={"total_max_attempts": 1, "mode": "standard"},
+                               connect_timeout=min(_CONNECT_TIMEOUT_S, self.config.timeout),
+                               read_timeout=self.config.timeout,
+                               request_checksum_calculation="when_required",
+                               response_checksum_validation="when_required")
+                creds = {}
+                if a.anonymous:
+                    options["signature_version"] = botocore.UNSIGNED
+                elif a.key:
+                    creds = dict(aws_access_key_id=a.key, aws_secret_access_key=a.secret,
+                                 aws_session_token=a.token)
+                else:
+                    a.credentials()
+                if a.endpoint:
+                    options["s3"] = {"addressing_style": "path"}
+                session = a.session or boto3.session.Session()
+                self._boto = session.client("s3", endpoint_url=a.endpoint, region_name=a.region,
+                                            config=Config(**options), **creds)
+            return self._boto
+
+    # ----- plumbing ------------------------------------------------------------------
+    def _call(self, fn: Callable, what: str):
+        """Run one request under a concurrency slot, retried by the config's policy."""
+        refused = 0
+
+        def once():
+            nonlocal refused
+            with self._slots:
+                self.stats.add(requests=1)
+                try:
+                    out = fn()
+                except Exception as exc:
+                    if not _cannot_connect(exc):
+                        self._reached = True
+                    elif not self._reached:
+                        # A wrong endpoint should fail in a second, not after the whole
+                        # retry policy; once it has answered, outages are ridden out.
+                        refused += 1
+                        if refused >= _FIRST_CONTACT_ATTEMPTS:
+                            raise Unreachable(
+                                f"cannot connect to {self.endpoint} ({refused} attempts; check "
+                                "AWS_ENDPOINT_URL or S3Config(endpoint_url=...))") from exc
+                    raise
+            self._reached = True
+            return out
+        return self.config.retry.call(once, what=what, retryable=_retryable,
+                                      on_retry=self.stats.retried, stop=self._stop)
+
+    # ----- reads ----------------------------------------------------------------------
+    def head(self, url: str) -> ObjectInfo:
+        """Size and ETag of one object (RemoteError from FileNotFoundError if missing)."""
+        bucket, key = parse_url(url)
+        if self.backend == "obstore":
+            import obstore
+
+            store = self._store(bucket)
+            meta = self._call(lambda: obstore.head(store, key), f"HEAD {url}")
+            return ObjectInfo(url, int(meta["size"]), _etag(meta.get("e_tag")))
+        s3 = self.boto3_client()
+        meta = self._call(lambda: s3.head_object(Bucket=bucket, Key=key), f"HEAD {url}")
+        return ObjectInfo(url, int(meta["ContentLength"]), _etag(meta.get("ETag")))
+
+    def list(self, url: str) -> list[ObjectInfo]:
+        """Objects whose URL starts with ``url`` (a folder when it ends with ``/``), sorted."""
+        bucket, prefix = parse_url(url)
+        out: list[ObjectInfo] = []
+        if self.backend == "obstore":
+            import obstore
+
+            store = self._store(bucket)
+            folder = prefix[:prefix.rfind("/") + 1]  # obstore lists whole path segments
+
+            def run():
+                found = []
+                for chunk in obstore.list(store, folder or None, chunk_size=1000):
+                    found.extend(chunk)
+                return found
+            for meta in self._call(run, f"LIST {url}"):
+                if meta["path"].startswith(prefix):
+                    out.append(ObjectInfo(f"s3://{bucket}/{meta['path']}", int(meta["size"]),
+                                          _etag(meta.get("e_tag"))))
+        else:
+            s3 = self.boto3_client()
+
+            def run():
+                pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                return [o for page in pages for o in page.get("Contents", [])]
+            for obj in self._call(run, f"LIST {url}"):
+                out.append(ObjectInfo(f"s3://{bucket}/{obj['Key']}", int(obj["Size"]), _etag(obj.get("ETag"))))
+        out.sort(key=lambda o: o.url)
+        return out
+
+    def get_range(self, url: str, start: int, end: int, *, etag: str | None = None,
+                  sink: Callable[[memoryview], None] | None = None) -> memoryview:
+        """Bytes ``[start, end)`` of the object, exactly ``end - start`` of them.
+
+        Args:
+            etag: when given, the GET carries ``If-Match``: a replaced object fails
+                (final, see :func:`changed`) instead of returning bytes of another version.
+            sink: called with the bytes while the request still holds its concurrency
+                slot (so buffered bytes stay bounded); its ``OSError`` is final.
+        """
+        if end <= start:
+            return memoryview(b"")
+        bucket, key = parse_url(url)
+        want = end - start
+        if self.backend == "obstore":
+            import obstore
+
+            store = self._store(bucket)
+            if etag:
+                options = {"range": (start, end), "if_match": f'"{etag}"'}
+
+                def request() -> memoryview:
+                    return memoryview(obstore.get(store, key, options=options).bytes())
+            else:
+                def request() -> memoryview:
+                    return memoryview(obstore.get_range(store, key, start=start, end=end))
+        else:
+            s3 = self.boto3_client()
+            extra = {"IfMatch": f'"{etag}"'} if etag else {}
+
+            def request() -> memoryview:
+                body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                     **extra)["Body"]
+                try:
+                    return memoryview(body.read())
+                finally:
+                    body.close()
+
+        def fetch() -> memoryview:
+            data = request()
+            if len(data) != want:
+                raise ShortRead(f"got {len(data)} of {want} bytes")
+            self.stats.add(bytes_read=want)
+            if sink is not None:
+                try:
+                    sink(data)
+                except OSError as exc:
+                    raise LocalWriteError(f"cannot store the bytes locally: {exc}") from exc
+            return data
+        return self._call(fetch, f"{url} bytes {start}-{end - 1}")
+
+    def read_into(self, url: str, offset: int, out: memoryview) -> None:
+        """Fill ``out`` with the object's bytes from ``offset``: ``part_size`` bytes per
+        ranged GET, up to ``max_concurrency`` GETs at once."""
+        total = len(out)
+        part = self.config.part_size
+
+        def one(pos: int) -> None:
+            n = min(part, total - pos)
+
+            def copy(data: memoryview) -> None:
+                out[pos:pos + n] = data
+            self.get_range(url, offset + pos, offset + pos + n, sink=copy)
+        self._run_parts(one, range(0, total, part))
+
+    def download_to(self, url: str, size: int, fd: int, stop: threading.Event | None = None,
+                    *, etag: str | None = None) -> None:
+        """Write the whole object into the open file ``fd`` at its own offsets (``pwrite``),
+        ``part_size`` bytes per ranged GET, up to ``max_concurrency`` at once.
+
+        Args:
+            etag: the version expected (``If-Match`` on every part), so a copy is never
+                stitched together from two versions of an object replaced meanwhile.
+
+        Raises:
+            InterruptedError: ``stop`` was set (the file is incomplete).
+            RemoteError: a part failed for good.
+        """
+        part = self.config.part_size
+
+        def one(pos: int) -> None:
+            if stop is not None and stop.is_set():
+                raise InterruptedError(f"{url}: download stopped")
+
+            def write(data: memoryview) -> None:
+                done = 0
+                while done < len(data):
+                    done += os.pwrite(fd, data[done:], pos + done)
+            self.get_range(url, pos, min(size, pos + part), etag=etag, sink=write)
+        self._run_parts(one, range(0, size, part))
+
+    def _run_parts(self, fn: Callable[[int], None], positions: range) -> None:
+        """Run ``fn(pos)`` for every position on up to ``max_concurrency`` threads of this
+        call (``turbofeed-fetch-<i>``, gone when it returns); the first error cancels the
+        parts not yet started and is raised."""
+        positions = list(positions)
+        if len(positions) <= 1:
+            for pos in positions:
+                fn(pos)
+            return
+        workers = min(len(positions), self.config.max_concurrency)
+        with ThreadPoolExecutor(workers, thread_name_prefix="turbofeed-fetch") as pool:
+            futures = [pool.submit(fn, pos) for pos in positions]
+            try:
+                for f in futures:
+                    f.result()
+            finally:
+                for f in futures:
+                    f.cancel()
+
+    # ----- writes ---------------------------------------------------------------------
+    def upload(self, url: str, size: int, read_part: Callable[[int, int], memoryview]) -> str:
+        """Upload ``size`` bytes, ``read_part(offset, n)`` supplying them; returns the ETag.
+
+        At most ``part_size`` bytes (5 MiB at least) go in one PUT; larger objects go as
+        a multipart upload that is completed only when every part is stored, and aborted
+        on any failure (the object then does not exist, or keeps its old content).
+
+        Raises:
+            RemoteError: a request failed for good (after the abort).
+        """
+        bucket, key = parse_url(url)
+        s3 = self.boto3_client()
+        if size <= max(self.config.part_size, _MIN_PART):
+            body = bytes(read_part(0, size))
+            out = self._call(lambda: s3.put_object(Bucket=bucket, Key=key, Body=body), f"PUT {url}")
+            self.stats.add(bytes_written=size)
+            return _etag(out.get("ETag"))
+        part = max(self.config.part_size, _MIN_PART, -(-size // _MAX_PARTS))
+        upload_id = self._call(lambda: s3.create_multipart_upload(Bucket=bucket, Key=key),
+                               f"CreateMultipartUpload {url}")["UploadId"]
+        etags: dict[int, str] = {}
+        try:
+            def one(pos: int) -> None:
+                n = min(part, size - pos)
+                number = pos // part + 1
+                body = bytes(read_part(pos, n))
+                out = self._call(lambda: s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id,
+                                                        PartNumber=number, Body=body),
+                                 f"UploadPart {number} of {url} bytes {pos}-{pos + n - 1}")
+                etags[number] = out["ETag"]
+                self.stats.add(bytes_written=n)
+            self._run_parts(one, range(0, size, part))
+            parts = [{"PartNumber": n, "ETag": etags[n]} for n in sorted(etags)]
+            out = self._call(lambda: s3.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}),
+                f"CompleteMultipartUpload {url}")
+            return _etag(out.get("ETag"))
+        except BaseException:
+            try:
+                self._call(lambda: s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id),
+                           f"AbortMultipartUpload {url}")
+            except RemoteError as exc:
+                log.warning("turbofeed: could not abort the multipart upload %s of %s: %s "
+                            "(a bucket lifecycle rule removes it later)", upload_id, url, exc)
+            raise
+
+    def put(self, url: str, data) -> str:
+        """Upload a bytes-like object (see :meth:`upload`); returns the ETag."""
+        view = memoryview(data).cast("B")
+        return self.upload(url, len(view), lambda pos, n: view[pos:pos + n])
+
+    def delete(self, url: str) -> None:
+        bucket, key = parse_url(url)
+        s3 = self.boto3_client()
+        self._call(lambda: s3.delete_object(Bucket=bucket, Key=key), f"DELETE {url}")
+
+    def close(self) -> None:
+        """Stop retry waits (requests in progress fail); idempotent."""
+        self._stop.set()
+
+    def __enter__(self) -> S3Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _etag(value: str | None) -> str:
+    return (value or "").strip('"')
+
+
+__all__ = ["CredentialsError", "ObjectInfo", "RemoteError", "S3Client", "S3Config", "S3Stats",
+           "S3Unavailable", "ShortRead", "Unreachable", "changed", "configure", "default_config",
+           "not_found", "parse_size", "parse_url"]
