@@ -1,4 +1,4 @@
-"""The ``turbofeed`` command: make-dataset, convert, inspect, bench."""
+"""The ``turbofeed`` command: make-dataset, convert, inspect, bench, gds-status."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_local_folder(tensor_dir):
     ds = GPUDirectDataset(str(tensor_dir), config=SMALL)
     names = [os.path.basename(p) for p in ds.items]
     assert names == sorted(list(ARRAYS) + ["i_big.npy", "j_model.pt", "k_dict.pth"])  # notes.txt left out
-    for path, i in zip(ds.items, range(len(ds))):
+    for i, path in enumerate(ds.items):
         _same(ds[i], _expect(path))
     assert ds[names.index("e_fortran.npy")].is_contiguous()
 
@@ -110,7 +110,7 @@ def test_s3_prefix_and_urls(s3_server, tensor_dir, helpers):
     ds = GPUDirectDataset(f"s3://{helpers.BUCKET}/tensors/", **kw)
     assert [u.rsplit("/", 1)[1] for u in ds.items] == sorted(list(ARRAYS) + ["i_big.npy", "j_model.pt",
                                                                              "k_dict.pth"])
-    for url, i in zip(ds.items, range(len(ds))):
+    for i, url in enumerate(ds.items):
         _same(ds[i], _expect(str(tensor_dir / url.rsplit("/", 1)[1])))
     one = GPUDirectDataset([f"s3://{helpers.BUCKET}/tensors/i_big.npy"], **kw)
     _same(one[0], _expect(str(tensor_dir / "i_big.npy")))
@@ -160,3 +160,21 @@ def test_missing_file_after_construction_is_a_fetch_error(tmp_path):
     os.remove(tmp_path / "gone.npy")
     with pytest.raises(SampleError, match="fetch: .*gone.npy: FileNotFoundError"):
         ds[0]
+
+
+def test_s3_object_replaced_after_listing_is_read_whole_from_the_new_version(s3_server, helpers):
+    """Every ranged GET of one item carries the listed ETag (If-Match): a replaced object
+    is read again from its new version, never as a mix of the two."""
+    boto = helpers.boto(s3_server)
+    old, new = np.arange(5000, dtype=np.float32), -np.arange(7000, dtype=np.float64)  # other size too
+    buf = io.BytesIO()
+    np.save(buf, old)
+    boto.put_object(Bucket=helpers.BUCKET, Key="replaced/v.npy", Body=buf.getvalue())
+    ds = GPUDirectDataset(f"s3://{helpers.BUCKET}/replaced/", endpoint=s3_server.endpoint, access_key="test",
+                          secret_key="test", config=SMALL)
+    assert torch.equal(ds[0], torch.from_numpy(old))
+    buf = io.BytesIO()
+    np.save(buf, new)
+    boto.put_object(Bucket=helpers.BUCKET, Key="replaced/v.npy", Body=buf.getvalue())
+    assert torch.equal(ds[0], torch.from_numpy(new))
+    ds.close()

@@ -11,13 +11,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..io.s3client import S3Client, S3Config, parse_url
+from ._workers import Transfers, Workers
 from .buffers import StagingPool
 from .config import GDSConfig, LoadedConfig, load_config
 from .errors import GDSError
 from .files import FileIO
 from .memory import DeviceBuffer, HostBuffer, as_buffer
 from .objects import ObjectIO
-from ._workers import Transfers, Workers
 
 log = logging.getLogger("turbofeed")
 _P2P_WARNED: set[tuple[int, int]] = set()
@@ -118,12 +118,12 @@ class GPUDirectClient:
         return self.objects.read(_url(bucket, key), self._buffer(buffer, writable=True), offset, size)
 
     def read_url(self, url: str, buffer: Any, *, offset: int = 0, size: int | None = None,
-                 object_size: int | None = None) -> int:
-        """:meth:`read_to_gpu` for an ``s3://bucket/key`` URL; ``object_size``, when known
-        (from a listing), saves the HEAD request."""
+                 object_size: int | None = None, etag: str | None = None) -> int:
+        """:meth:`read_to_gpu` for an ``s3://bucket/key`` URL; ``object_size`` and ``etag``,
+        when known (from a listing), save the HEAD request."""
         parse_url(url)
         buf = self._buffer(buffer, writable=True)
-        return self.objects.read(url, buf, offset, size, object_size)
+        return self.objects.read(url, buf, offset, size, object_size, etag)
 
     def write_from_gpu(self, bucket: str, key: str, buffer: Any, *, size: int | None = None) -> int:
         """Write ``buffer`` (its first ``size`` bytes, default all) as ``s3://bucket/key``.

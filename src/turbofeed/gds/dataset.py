@@ -9,6 +9,8 @@ from typing import Any
 import torch
 
 from ..errors import DatasetError, SampleError, TurbofeedError
+from ..io.retry import RemoteError
+from ..io.s3client import changed
 from ..io.s3config import parse_url
 from .client import GPUDirectClient
 from .config import GDSConfig
@@ -62,7 +64,7 @@ class GPUDirectDataset(torch.utils.data.Dataset):
                                    config=config, s3_config=s3_config)
         entries = [items] if isinstance(items, (str, os.PathLike)) else list(items)
         self.items: list[str] = []
-        self._sizes: dict[str, int] = {}  # s3 sizes known from a listing: saves a HEAD each
+        self._known: dict[str, tuple[int, str]] = {}  # s3 (size, etag) from a listing or a HEAD
         for entry in entries:
             self._add(os.fspath(entry))
         if not self.items:
@@ -76,7 +78,7 @@ class GPUDirectDataset(torch.utils.data.Dataset):
                     raise DatasetError(f"no objects ending in {', '.join(EXTENSIONS)} under {entry}")
                 for info in found:
                     self.items.append(info.url)
-                    self._sizes[info.url] = info.size
+                    self._known[info.url] = (info.size, info.etag)
                 return
             _check_extension(entry)
             parse_url(entry)
@@ -120,29 +122,42 @@ class GPUDirectDataset(torch.utils.data.Dataset):
         ref = self.items[index]
         where, key = _split(ref)
         try:
-            size, read_into = self._reader(ref)
-            if ref.endswith(".npy"):
-                return load_npy(size, read_into, self.device)
-            data = bytearray(size)
-            read_into(data, 0, size)
-            if ref.endswith(".safetensors"):
-                return load_safetensors(data, self.device)
-            return load_pt(data, self.device)
+            try:
+                return self._load(ref)
+            except RemoteError as exc:
+                if not changed(exc):
+                    raise
+                # Replaced since it was listed: all reads of one item carry one ETag, so
+                # the item is read again, whole, from its new version.
+                self._known.pop(ref, None)
+                return self._load(ref)
         except (FormatError, ImportError) as exc:
             raise SampleError(where, key, "decode.cpu", str(exc)) from exc
         except (OSError, TurbofeedError) as exc:
             raise SampleError(where, key, "fetch", str(exc) if isinstance(exc, TurbofeedError)
                               else f"{type(exc).__name__}: {exc}") from exc
 
+    def _load(self, ref: str) -> Any:
+        size, read_into = self._reader(ref)
+        if ref.endswith(".npy"):
+            return load_npy(size, read_into, self.device)
+        data = bytearray(size)
+        read_into(data, 0, size)
+        if ref.endswith(".safetensors"):
+            return load_safetensors(data, self.device)
+        return load_pt(data, self.device)
+
     def _reader(self, ref: str):
         client = self.client
         if ref.startswith("s3://"):
-            size = self._sizes.get(ref)
-            if size is None:
-                size = self._sizes[ref] = client.objects.size(ref)
+            known = self._known.get(ref)
+            if known is None:
+                info = client.objects.s3.head(ref)
+                known = self._known[ref] = (info.size, info.etag)
+            size, etag = known
 
             def read_into(buffer: Any, offset: int, n: int) -> int:
-                return client.read_url(ref, buffer, offset=offset, size=n, object_size=size)
+                return client.read_url(ref, buffer, offset=offset, size=n, object_size=size, etag=etag)
             return size, read_into
 
         def read_file(buffer: Any, offset: int, n: int) -> int:

@@ -2,14 +2,12 @@
 
 Which path a transfer takes (``FileIO.method``):
 
-=========  ==================================================================  ===========
-method     when                                                                how
-=========  ==================================================================  ===========
-host       the buffer is host memory                                           ``os.preadv``/``os.pwrite`` straight into/out of it
-kvikio     GPU buffer, ``GDSConfig.enabled`` and KvikIO importable             ``CuFile.raw_read``/``raw_write``: cuFile (GDS) DMA, or
-                                                                               KvikIO's compat mode (POSIX + its bounce buffers)
-staged     GPU buffer otherwise                                                ``pread`` into a pinned staging buffer, async copy to the GPU
-=========  ==================================================================  ===========
+- ``host``: the buffer is host memory; ``os.preadv``/``os.pwrite`` straight into/out of it.
+- ``kvikio``: a GPU buffer, ``GDSConfig.enabled`` and KvikIO importable;
+  ``CuFile.raw_read``/``raw_write``: cuFile DMA (GDS), or KvikIO's compat mode (POSIX
+  plus its own bounce buffers) when KvikIO decided GDS is not usable.
+- ``staged``: a GPU buffer otherwise; ``pread`` into a pinned staging buffer, then an
+  async copy to the GPU (writes: the reverse, then ``pwrite``).
 
 Every method moves ``max_transfer_size`` bytes per chunk, ``queue_depth`` chunks at once.
 A write goes to ``.NAME.<pid>.<random>.tmp`` in the target's folder, is fsynced, then
@@ -23,11 +21,11 @@ import os
 import secrets
 from typing import Any
 
+from ._workers import Transfers
 from .buffers import StagingPool
 from .config import GDSConfig
 from .errors import BufferTooSmallError, GDSError
 from .memory import DeviceBuffer, HostBuffer
-from ._workers import Transfers
 
 _KVIKIO: dict[str, Any] = {}
 

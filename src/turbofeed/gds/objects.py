@@ -13,11 +13,11 @@ aborted on any failure, so a failed write leaves no object (or the old one).
 from __future__ import annotations
 
 from ..io.s3client import S3Client
+from ._workers import Transfers
 from .buffers import StagingPool
 from .config import GDSConfig
 from .errors import BufferTooSmallError, GDSError
 from .memory import DeviceBuffer, HostBuffer
-from ._workers import Transfers
 
 
 class ObjectIO:
@@ -41,11 +41,14 @@ class ObjectIO:
         return self.s3.head(url).size
 
     def read(self, url: str, buf: HostBuffer | DeviceBuffer, offset: int = 0, size: int | None = None,
-             object_size: int | None = None) -> int:
+             object_size: int | None = None, etag: str | None = None) -> int:
         """Read ``size`` bytes (default: to the end) from ``offset`` into the buffer's start.
 
         Args:
             object_size: the object's size when already known (saves the HEAD).
+            etag: the object's ETag, with ``object_size``. Every ranged GET carries it
+                as ``If-Match`` (the HEAD's when it is not given), so an object replaced
+                in the middle of a read fails the read instead of mixing two versions.
 
         Returns:
             The number of bytes read.
@@ -55,7 +58,10 @@ class ObjectIO:
             GDSError: the range is outside the object.
             RemoteError: a request failed for good (the message names URL and range).
         """
-        total = self.size(url) if object_size is None else object_size
+        if object_size is None:
+            info = self.s3.head(url)
+            object_size, etag = info.size, info.etag
+        total = object_size
         if offset < 0 or offset > total:
             raise GDSError(f"{url}: offset {offset} is outside the object ({total} bytes)")
         n = total - offset if size is None else size
@@ -66,11 +72,11 @@ class ObjectIO:
 
         def chunk(pos: int, k: int) -> None:
             if not buf.on_device:
-                buf.view[pos:pos + k] = self.s3.get_range(url, offset + pos, offset + pos + k)
+                buf.view[pos:pos + k] = self.s3.get_range(url, offset + pos, offset + pos + k, etag=etag)
                 return
             # GET before taking a staging buffer: the pool is held only for the short
             # memcpy + DMA, not for the network round trip.
-            data = self.s3.get_range(url, offset + pos, offset + pos + k)
+            data = self.s3.get_range(url, offset + pos, offset + pos + k, etag=etag)
             with self._pool.acquire() as staging:
                 staging.view[:k] = data
                 del data
