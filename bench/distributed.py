@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+
+from _results import write_block  # bench/ is sys.path[0] when run as a script
 
 WORKER = r"""
 import json, sys, time
@@ -95,13 +96,7 @@ def main() -> None:
         "<!-- distributed:end -->",
     ])
     print(block)
-    text = open(args.results).read() if os.path.exists(args.results) else "# Benchmark results\n"
-    if "<!-- distributed:begin -->" in text:
-        text = re.sub(r"<!-- distributed:begin -->.*<!-- distributed:end -->", lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(args.results, "w") as f:
-        f.write(text)
+    write_block(args.results, block)
 
 
 if __name__ == "__main__":

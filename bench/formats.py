@@ -20,13 +20,14 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
+
+from _results import write_block  # bench/ is sys.path[0] when run as a script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -170,17 +171,6 @@ def block(results: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def write_block(text: str, path: str) -> None:
-    """Replace the formats block of RESULTS.md (or append it); other blocks stay untouched."""
-    current = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-    if BEGIN in current:
-        current = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: text, current, flags=re.S)
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    with open(path, "w") as f:
-        f.write(current)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=os.path.join(HERE, ".data", "imagenet_like"),
@@ -201,7 +191,7 @@ def main() -> int:
     text = block(results, args)
     print(text)
     if not args.no_write:
-        write_block(text, args.results)
+        write_block(args.results, text)
         print(f"wrote the formats block of {args.results}")
     return 0
 

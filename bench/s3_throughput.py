@@ -33,7 +33,6 @@ import glob
 import os
 import platform
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -43,6 +42,8 @@ import threading
 import time
 from collections.abc import Callable
 from importlib.metadata import version
+
+from _results import write_block  # bench/ is sys.path[0] when run as a script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -286,13 +287,7 @@ def main() -> None:
         END,
     ])
     print(block)
-    text = open(args.results).read() if os.path.exists(args.results) else "# Benchmark results\n"
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*" + re.escape(END), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(args.results, "w") as f:
-        f.write(text)
+    write_block(args.results, block)
 
 
 if __name__ == "__main__":

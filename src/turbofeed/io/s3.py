@@ -31,7 +31,6 @@ import time
 import weakref
 from collections import deque
 
-import numpy as np
 
 from ..errors import DatasetError
 from .cache import ShardCache, object_name
@@ -39,8 +38,7 @@ from .paths import expand_braces
 from .retry import RemoteError
 from .s3client import (ObjectInfo, S3Client, S3Config, changed, default_config, not_found,
                        parse_size, parse_url)
-from .table import SampleTable
-from .tar import _FDS, INDEX_VERSION, TarDamage, _build_index, _label_of, default_cache_dir
+from .tar import _FDS, INDEX_VERSION, TarDamage, _build_index, default_cache_dir, table_from_index
 
 log = logging.getLogger("turbofeed")
 
@@ -378,7 +376,7 @@ class S3TarSource:
             if on_damage == "raise":
                 raise DatasetError(message)
             log.warning("turbofeed: %s; using the %d samples before it", message, len(index["rows"]))
-        self.table = _table(index)
+        self.table = table_from_index(index)
 
     def read(self, i: int) -> bytes:
         size, offset = int(self.table.sizes[i]), int(self.table.offsets[i])
@@ -413,22 +411,3 @@ class S3TarSource:
 
     def __repr__(self) -> str:
         return f"S3TarSource({self.path!r}, samples={len(self.table)})"
-
-
-def _table(index: dict) -> SampleTable:
-    """The sample table of a tar index (the same rows and label rules as a local shard)."""
-    table = SampleTable(problems=[tuple(p) for p in index["problems"]])
-    offsets, sizes = [], []
-    for key, name, offset, size, label_raw in index["rows"]:
-        label, problem = _label_of(label_raw)
-        if problem is not None:
-            table.problems.append((key, problem))
-            continue
-        table.keys.append(key)
-        table.image_names.append(name)
-        table.labels.append(label)
-        offsets.append(offset)
-        sizes.append(size)
-    table.offsets = np.asarray(offsets, dtype=np.int64)
-    table.sizes = np.asarray(sizes, dtype=np.int64)
-    return table

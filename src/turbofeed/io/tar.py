@@ -199,6 +199,26 @@ def _label_of(raw: list | None) -> tuple[Label, str | None]:
         return None, f"bad .{ext} label: {exc}"
 
 
+def table_from_index(index: dict) -> SampleTable:
+    """The sample table of a tar index: one row per sample with a usable label; samples
+    whose label cannot be parsed become problems (local and s3:// shards alike)."""
+    table = SampleTable(problems=[tuple(p) for p in index["problems"]])
+    offsets, sizes = [], []
+    for key, name, offset, size, label_raw in index["rows"]:
+        label, problem = _label_of(label_raw)
+        if problem is not None:
+            table.problems.append((key, problem))
+            continue
+        table.keys.append(key)
+        table.image_names.append(name)
+        table.labels.append(label)
+        offsets.append(offset)
+        sizes.append(size)
+    table.offsets = np.asarray(offsets, dtype=np.int64)
+    table.sizes = np.asarray(sizes, dtype=np.int64)
+    return table
+
+
 class TarSource:
     """One WebDataset tar shard.
 
@@ -221,21 +241,7 @@ class TarSource:
                 raise DatasetError(message)
             log.warning("turbofeed: %s; using the %d samples before it", message,
                         len(index["rows"]))
-        table = SampleTable(problems=[tuple(p) for p in index["problems"]])
-        offsets, sizes = [], []
-        for key, name, offset, size, label_raw in index["rows"]:
-            label, problem = _label_of(label_raw)
-            if problem is not None:
-                table.problems.append((key, problem))
-                continue
-            table.keys.append(key)
-            table.image_names.append(name)
-            table.labels.append(label)
-            offsets.append(offset)
-            sizes.append(size)
-        table.offsets = np.asarray(offsets, dtype=np.int64)
-        table.sizes = np.asarray(sizes, dtype=np.int64)
-        self.table = table
+        self.table = table_from_index(index)
 
     def read(self, i: int) -> bytes:
         """Encoded bytes of sample ``i`` with one positional read (releases the GIL)."""
