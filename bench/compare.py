@@ -181,7 +181,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--installed-only", action="store_true", help="skip peers whose environment is missing")
-    ap.add_argument("--no-write", action="store_true", help="print, do not touch RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch RESULTS.md, results.json or the chart")
     args = ap.parse_args()
     if args.make_data and not os.path.isdir(args.data):
         subprocess.run([python_of("data"), os.path.join(ROOT, "..", "shared", "bench", "make_imagenet_like.py"),
@@ -211,9 +211,9 @@ def main() -> None:
     command = "python bench/compare.py " + " ".join(sys.argv[1:])
     block = markdown(table, args, pipelines, command.strip())
     print(block)
-    with open(os.path.join(HERE, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
     if not args.no_write:
+        with open(os.path.join(HERE, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
         write_results(block)
         plot(table, pipelines)
 

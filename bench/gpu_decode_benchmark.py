@@ -17,6 +17,7 @@ import argparse
 import glob
 import json
 import os
+import random
 import tarfile
 import time
 
@@ -71,7 +72,7 @@ def main() -> None:
                 datas += [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")]
         decoder = GpuDecoder("cuda")
         batches = [datas[i:i + args.batch_size] for i in range(0, len(datas), args.batch_size)]
-        rng = np.random.default_rng(0)
+        rng = random.Random(0)
 
         def raw():
             for b in batches:

@@ -124,3 +124,22 @@ def test_exit_with_a_live_iterator_does_not_hang(shards):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert "leaving" in done.stdout
+
+
+def test_closing_an_idle_pool_wakes_its_threads_at_once(monkeypatch):
+    """close() does not wait for idle threads to poll their stop flag: with the poll
+    interval set to a minute, close still returns and every thread has exited."""
+    from turbofeed.pipeline import executor
+
+    monkeypatch.setattr(executor, "_POLL_S", 60.0)
+    ran = []
+    pool = executor.WorkerPool(ran.append, 3, "idle-test")
+    pool.submit("one task")
+    deadline = time.monotonic() + 10
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    pool.close(timeout=30.0)
+    assert ran == ["one task"]
+    assert not pool.alive()
+    assert time.monotonic() - started < 20.0  # a minute-long poll would have blocked the join

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -104,7 +105,7 @@ def _assert_close(out: np.ndarray, ref: np.ndarray, tolerance: int = TOLERANCE) 
 
 def test_imagenet_like_random_resized_crops_match_the_python_path(shard_paths):
     """RandomResizedCrop(224) + flip windows, both layouts, as the loader draws them."""
-    rng = np.random.default_rng(0)
+    rng = random.Random(0)
     recipe = Compose([RandomResizedCrop(224), RandomHorizontalFlip()])
     for i, data in enumerate(_jpegs(shard_paths, 40)):
         info = probe(data)
@@ -137,7 +138,7 @@ def test_random_boxes_on_every_kind_of_jpeg(odd_images, shard_paths, kind):
 
 def test_every_simd_level_gives_the_same_bytes(shard_paths):
     levels = [lv for lv in ("avx2", "sse2", "none") if _level_works(lv)]
-    rng = np.random.default_rng(3)
+    rng = random.Random(3)
     recipe = Compose([RandomResizedCrop(160, scale=(0.02, 1.0)), RandomHorizontalFlip()])
     cases = [(d, recipe.window(probe(d).height, probe(d).width, rng)) for d in _jpegs(shard_paths, 12)]
     results = {}
@@ -175,7 +176,7 @@ def test_float32_normalisation_equals_write_slot(shard_paths, channels_first):
     data = _jpegs(shard_paths, 1)[0]
     info = probe(data)
     window = Compose([RandomResizedCrop(96), RandomHorizontalFlip(1.0)]).window(
-        info.height, info.width, np.random.default_rng(1))
+        info.height, info.width, random.Random(1))
     shape = (3, 96, 96) if channels_first else (96, 96, 3)
     out = np.empty(shape, np.float32)
     native.crop_resize(data, window.box, out, flip=True, channels_first=channels_first,
@@ -187,7 +188,7 @@ def test_float32_normalisation_equals_write_slot(shard_paths, channels_first):
 
 
 def test_dct_scale_is_close_to_the_full_size_path(shard_paths):
-    rng = np.random.default_rng(7)
+    rng = random.Random(7)
     recipe = Compose([RandomResizedCrop(112)])
     worst, means, applied = 0, [], 0
     for data in _jpegs(shard_paths, 40):
@@ -280,7 +281,7 @@ def test_header_matches_probe(shard_paths, odd_images):
 def test_threads_share_nothing(shard_paths):
     """Per-thread decoder state: concurrent calls give the serial results."""
     datas = _jpegs(shard_paths, 16)
-    rng = np.random.default_rng(5)
+    rng = random.Random(5)
     recipe = Compose([RandomResizedCrop(64), RandomHorizontalFlip()])
     jobs = [(d, recipe.window(probe(d).height, probe(d).width, rng)) for d in datas] * 4
     serial = [_native(d, w.box, 64, 64, flip=w.flip) for d, w in jobs]

@@ -224,3 +224,31 @@ def test_intact_tars_report_no_damage(shard_paths, tmp_path, tar_writer, odd_ima
     assert src.damage is None and len(src.table) == 2
     small = tar_writer(str(tmp_path / "one.tar"), [("x.jpg", odd_images["rgb"])])
     assert TarSource(small, on_damage="raise", cache_dir=str(tmp_path)).damage is None
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_fd_cache_reads_exact_bytes_keeps_at_most_max_open_and_closes_evicted(tmp_path):
+    """Positional reads through a cache of 2 over 5 files: every read is byte-exact, at
+    most 2 descriptors stay open, a read in flight keeps its file past an eviction."""
+    from turbofeed.io.tar import _FdCache
+
+    files = []
+    for i in range(5):
+        path = tmp_path / f"f{i}.bin"
+        path.write_bytes(bytes((i * 7 + j) % 256 for j in range(4096)))
+        files.append(str(path))
+    before = _open_fds()
+    cache = _FdCache(max_open=2)
+    for round_ in range(3):
+        for i, path in enumerate(files):
+            assert cache.pread(path, 100, 1000 + round_) == bytes((i * 7 + j) % 256 for j in range(1000 + round_, 1100 + round_))
+            assert _open_fds() - before <= 2
+    held = cache._files[files[-1]]  # what a reader inside pread holds
+    cache.close()
+    assert os.pread(held.fd, 4, 0) == bytes(range(28, 32))  # still open for that reader
+    del held
+    assert _open_fds() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,7 @@ class Dataset:
         counts = np.array([len(s.table) for s in self.sources], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_samples = int(self.starts[-1])
+        self._start_list = self.starts.tolist()
         self.problems = [(s.path, key, why) for s in self.sources for key, why in s.table.problems]
         for path, key, why in self.problems[:20]:
             log.warning("turbofeed: skipping %s/%s while indexing: %s", path, key, why)
@@ -101,8 +103,10 @@ class Dataset:
 
     def locate(self, gid: int) -> tuple[Source, int]:
         """The source holding global sample ``gid`` and its index there."""
-        k = int(np.searchsorted(self.starts, gid, side="right")) - 1
-        return self.sources[k], int(gid - self.starts[k])
+        # bisect on a list: np.searchsorted costs ~5 us per scalar call, and this runs
+        # once per sample holding the GIL
+        k = bisect.bisect_right(self._start_list, gid) - 1
+        return self.sources[k], gid - self._start_list[k]
 
     def read(self, gid: int) -> bytes:
         source, i = self.locate(gid)

@@ -43,43 +43,54 @@ class TarDamage:
     reason: str
 
 
+class _OpenFile:
+    """One file descriptor, closed when the last reference goes: an eviction from
+    :class:`_FdCache` while another thread is inside ``pread`` leaves that thread's
+    descriptor open until its read returns."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "fd", None)  # unset when os.open failed
+        if fd is not None:
+            os.close(fd)
+
+
 class _FdCache:
-    """Open file descriptors for positional reads, at most ``max_open`` at a time.
+    """Open files for positional reads, at most ``max_open`` at a time.
 
     Datasets can have thousands of shards; keeping every one open would hit the
     process's file limit, reopening on every read costs a syscall pair on network
-    file systems.
+    file systems. A read is one ``pread``: no dup or close per sample, since every
+    syscall also hands the GIL to another thread and waits to get it back.
     """
 
     def __init__(self, max_open: int = 128) -> None:
         self._max_open = max_open
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._files: OrderedDict[str, _OpenFile] = OrderedDict()
         self._lock = threading.Lock()
 
     def pread(self, path: str, size: int, offset: int) -> bytes:
         with self._lock:
-            fd = self._fds.get(path)
-            if fd is None:
-                fd = os.open(path, os.O_RDONLY)
-                self._fds[path] = fd
-                while len(self._fds) > self._max_open:
-                    os.close(self._fds.popitem(last=False)[1])
+            file = self._files.get(path)
+            if file is None:
+                file = self._files[path] = _OpenFile(path)
+                while len(self._files) > self._max_open:
+                    self._files.popitem(last=False)
             else:
-                self._fds.move_to_end(path)
-            # Hold a dup so an eviction by another thread cannot close it under us.
-            fd = os.dup(fd)
-        try:
-            return os.pread(fd, size, offset)
-        finally:
-            os.close(fd)
+                self._files.move_to_end(path)
+        return os.pread(file.fd, size, offset)
 
     def close(self, path: str | None = None) -> None:
+        """Forget ``path`` (all files without one); a read in progress keeps its file open."""
         with self._lock:
-            paths = list(self._fds) if path is None else [path]
-            for p in paths:
-                fd = self._fds.pop(p, None)
-                if fd is not None:
-                    os.close(fd)
+            if path is None:
+                self._files.clear()
+            else:
+                self._files.pop(path, None)
 
 
 _FDS = _FdCache()

@@ -17,6 +17,7 @@ from typing import Any
 log = logging.getLogger("turbofeed")
 
 _POLL_S = 0.1  # how often a blocked thread looks at the stop event
+_WAKE = object()  # queued once per thread by close(): an idle thread exits now, not at its next poll
 _LIVE: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
 
 
@@ -47,6 +48,8 @@ class WorkerPool:
                 task = self._tasks.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
+            if task is _WAKE:
+                break
             run(task)
 
     def submit(self, task: Any) -> None:
@@ -63,6 +66,8 @@ class WorkerPool:
                 self._tasks.get_nowait()
             except queue.Empty:
                 break
+        for _ in self._threads:
+            self._tasks.put(_WAKE)
         current = threading.current_thread()
         for t in self._threads:
             if t is not current:

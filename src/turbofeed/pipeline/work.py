@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from ..io import Dataset
 from ..transforms import Compose, resample, write_slot
 from .buffers import Slot
 from .stats import Stats
+
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass
@@ -121,8 +124,9 @@ class SampleWork:
         self.stats.add_times(decode_cpu=decoded - started, augment=done - decoded)
         return Decoded(image, flip, int(self.dataset.labels[gid]))
 
-    def _rng(self, gid: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.epoch, gid])
+    def _rng(self, gid: int) -> random.Random:
+        # One integer holds all three (Mersenne Twister seeding hashes every bit of it).
+        return random.Random(((self.seed & _MASK64) << 128) | ((self.epoch & _MASK64) << 64) | (gid & _MASK64))
 
     def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
         """Load sample ``gid`` straight into ``slot.images[j]``."""

@@ -13,9 +13,8 @@ crop offsets, ``round`` for centre crops), so recipes port unchanged.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
-
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
 class GeometricOp:
     """Base of the ops that move the view. Subclasses implement :meth:`apply`."""
 
-    def apply(self, view: View, rng: np.random.Generator) -> View:
+    def apply(self, view: View, rng: random.Random) -> View:
         raise NotImplementedError(f"{type(self).__name__} must implement apply()")
 
 
@@ -70,7 +69,7 @@ class Resize(GeometricOp):
     def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = size
 
-    def apply(self, view: View, rng: np.random.Generator) -> View:
+    def apply(self, view: View, rng: random.Random) -> View:
         if isinstance(self.size, int):
             h, w = view.height, view.width
             short, long = (h, w) if h <= w else (w, h)
@@ -94,7 +93,7 @@ class CenterCrop(GeometricOp):
     def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = _pair(size)
 
-    def apply(self, view: View, rng: np.random.Generator) -> View:
+    def apply(self, view: View, rng: random.Random) -> View:
         ch, cw = self.size
         h, w = min(ch, view.height), min(cw, view.width)
         top = int(round((view.height - h) / 2.0))
@@ -123,7 +122,7 @@ class RandomResizedCrop(GeometricOp):
         self.scale = scale
         self.ratio = ratio
 
-    def params(self, height: int, width: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
+    def params(self, height: int, width: int, rng: random.Random) -> tuple[int, int, int, int]:
         """torchvision's ``get_params``: (top, left, crop height, crop width)."""
         area = height * width
         log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
@@ -133,8 +132,8 @@ class RandomResizedCrop(GeometricOp):
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:
-                top = int(rng.integers(0, height - h + 1))
-                left = int(rng.integers(0, width - w + 1))
+                top = rng.randrange(height - h + 1)
+                left = rng.randrange(width - w + 1)
                 return top, left, h, w
         # Fallback to a central crop with the ratio clamped into range.
         in_ratio = width / height
@@ -146,7 +145,7 @@ class RandomResizedCrop(GeometricOp):
             w, h = width, height
         return (height - h) // 2, (width - w) // 2, h, w
 
-    def apply(self, view: View, rng: np.random.Generator) -> View:
+    def apply(self, view: View, rng: random.Random) -> View:
         top, left, h, w = self.params(view.height, view.width, rng)
         cropped = view.sub(top, left, h, w)
         return View(cropped.box, *self.size)
