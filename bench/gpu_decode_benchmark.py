@@ -6,6 +6,8 @@ Rows, all on the same JPEGs in one run:
   nvjpeg-raw        batched GPU decode of bytes already in memory, nothing else (the kernel rate)
   gpu-decode+aug    the same batches decoded and augmented on the GPU (no loader)
   gpu-loader        turbofeed.DataLoader(gpu_decode=True): reading, windows, decode, augment
+  hybrid-loader     turbofeed.DataLoader(gpu_decode=True, hybrid=True): batches split
+                    between the GPU and the CPU threads by measured speed
 and the ratios gpu-loader / nvjpeg-raw and gpu-loader / cpu-loader.
 
     python bench/gpu_decode_benchmark.py --data bench/.data/imagenet_like --batch-size 256 --workers 16
@@ -90,8 +92,11 @@ def main() -> None:
         rows["gpu-decode+aug"] = len(datas) / timed(decode_aug, args.repeats)
         gpu_epoch, _ = run_loader(gpu_decode=True, device="cuda")
         rows["gpu-loader"] = n / timed(gpu_epoch, args.repeats)
+        hybrid_epoch, _ = run_loader(gpu_decode=True, device="cuda", hybrid=True)
+        rows["hybrid-loader"] = n / timed(hybrid_epoch, args.repeats)
         rows["gpu-loader / nvjpeg-raw"] = rows["gpu-loader"] / rows["nvjpeg-raw"]
         rows["gpu-loader / cpu-loader"] = rows["gpu-loader"] / rows["cpu-loader"]
+        rows["hybrid-loader / gpu-loader"] = rows["hybrid-loader"] / rows["gpu-loader"]
         print(f"device: {torch.cuda.get_device_name()}, decoder: {decoder.description}")
     for name, value in rows.items():
         print(f"{name:<26} {value:10.2f}" + ("" if "/" in name else " images/s"))

@@ -24,6 +24,7 @@ from ..transforms import Compose
 from .device import CudaDelivery, apply_output, gpu_available
 from .env import detect
 from .gpu_path import GpuPath
+from .hybrid import HybridSplit
 
 log = logging.getLogger("turbofeed")
 
@@ -62,6 +63,11 @@ class DataLoader:
             rejects are decoded on the CPU. Both are counted in
             ``stats.errors["gpu_fallback"]``. Also accepts a decoder object with
             ``device`` and ``decode(list[bytes]) -> list[tensor | None]``.
+        hybrid: with ``gpu_decode``, split every batch between the GPU decoder and the
+            CPU threads in proportion to the speed each has shown (timed per batch,
+            smoothed), so neither waits for the other; ``hybrid_share`` is the GPU's
+            current fraction. The CPU part is decoded into pinned uint8 host slots,
+            copied over and normalised on the device like the GPU part.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
             ``"parquet"``) when its extension does not say; see ``docs/formats.md``.
@@ -88,7 +94,8 @@ class DataLoader:
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
-                 format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None) -> None:
+                 format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
+                 hybrid: bool = False) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
@@ -116,10 +123,12 @@ class DataLoader:
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
+        self._gpu_decoder = self._gpu_decoder_for(gpu_decode)  # may move self.device to its GPU
         self.pin_memory = (self.device is not None) if pin_memory is None else pin_memory
         if self.pin_memory and not gpu_available():
             self.pin_memory = False  # page-locking needs the CUDA runtime
-        self._gpu_decoder = self._gpu_decoder_for(gpu_decode)
+        # Lives across epochs: the speeds measured in one epoch set the next one's split.
+        self._hybrid = HybridSplit(num_workers) if hybrid and self._gpu_decoder is not None else None
         # Where the epoch stands: the current plan begins after ``_start`` samples of the
         # global order (non-zero after an elastic resume) and ``_batches_done`` of its
         # batches were delivered; ``_batches_base`` carries a resumed state's count.
@@ -168,6 +177,11 @@ class DataLoader:
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""
         return count_batches(self._per_rank(), self.batch_size, self.drop_last)
+
+    @property
+    def hybrid_share(self) -> float | None:
+        """Fraction of each batch the GPU decodes in hybrid mode (None otherwise)."""
+        return None if self._hybrid is None else self._hybrid.gpu_share()
 
     @property
     def num_samples(self) -> int:
@@ -231,9 +245,10 @@ class DataLoader:
             self._start = self._batches_done = self._batches_base = 0
 
     # -- iteration ---------------------------------------------------------------------
-    def _slot_pool(self, output_dtype: np.dtype) -> SlotPool:
+    def _slot_pool(self, output_dtype: np.dtype, channels_last: bool | None = None) -> SlotPool:
         h, w = self.transform.size
-        shape = (self.batch_size, h, w, 3) if self.channels_last else (self.batch_size, 3, h, w)
+        last = self.channels_last if channels_last is None else channels_last
+        shape = (self.batch_size, h, w, 3) if last else (self.batch_size, 3, h, w)
 
         def make() -> Slot:
             return Slot(make_array(shape, output_dtype, self.pin_memory),
@@ -287,12 +302,18 @@ class _LoaderIterator:
         self.fixed = fixed
         self.gpu = None
         if loader._gpu_decoder is not None:
-            self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, loader._policy, loader.channels_last)
+            host_slots = None
+            if loader._hybrid is not None:  # CPU samples: uint8 NCHW, normalised on the device
+                host_slots = loader._slot_pool(np.dtype(np.uint8), channels_last=False)
+                work = SampleWork(loader.dataset, Compose([op for op in transform.ops if getattr(op, "spec", None) is None]),
+                                  loader.stats, seed=loader.seed, epoch=self.epoch)
+            self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, loader._policy, loader.channels_last,
+                               hybrid=loader._hybrid, host_slots=host_slots)
             self.device_output = None
             fill = self.gpu.fill
 
             def acquire() -> list:
-                return [None] * loader.batch_size
+                return self.gpu.acquire(loader.batch_size)
             self.pool = None
         elif fixed:
             dtype = np.dtype(np.uint8) if worker_transform.output is None else worker_transform.output.dtype
@@ -384,6 +405,8 @@ class _LoaderIterator:
 
     def close(self) -> None:
         self.stream.close()
+        if self.gpu is not None and self.gpu.host_slots is not None:
+            self.gpu.release_held()
 
     def __del__(self) -> None:
         self.stream.close()
