@@ -152,10 +152,12 @@ class GpuPath:
         """Positions ``k..`` that the CPU threads decoded: uint8 NCHW rows of the host slot,
         copied to the device as one block, then normalised there like the GPU part."""
         n = len(job)
-        ok = torch.from_numpy(job.ok[k:n].copy())
         rows = torch.from_numpy(slot.host.images[k:n])
         images = rows.to(self.device, non_blocking=True) if self.stream is not None else rows.clone()
-        images = apply_output(images[ok.to(images.device)], self.transform.output)
+        kept = np.flatnonzero(job.ok[k:n])
+        if len(kept) < n - k:  # skipped samples; an index of known length needs no device sync
+            images = images.index_select(0, torch.from_numpy(kept).to(images.device))
+        images = apply_output(images, self.transform.output)
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         labels = torch.from_numpy(slot.host.labels[k:n][job.ok[k:n]].copy()).to(self.device)
