@@ -5,60 +5,36 @@ decoder that decodes on the CPU into tensors, because no GPU exists on this mach
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.decode import decode
 from turbofeed.decode.gpu import GpuDecodeUnavailable, GpuDecoder, find_backend
-
-
-class CpuStandInDecoder:
-    """Same contract as GpuDecoder; refuses CMYK JPEGs as nvJPEG's RGB path does."""
-
-    device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def decode(self, datas):
-        self.calls.append(len(datas))
-        out = []
-        for data in datas:
-            if b"Adobe" in data[:200]:  # Pillow writes an Adobe marker into CMYK JPEGs
-                out.append(None)
-                continue
-            try:
-                out.append(torch.from_numpy(np.ascontiguousarray(decode(data).transpose(2, 0, 1))))
-            except ValueError:
-                out.append(None)
-        return out
 
 
 def batches(loader):
     return [(x.clone(), y.clone(), k) for x, y, k in loader]
 
 
-def test_gpu_path_matches_the_cpu_path(shards):
+def test_gpu_path_matches_the_cpu_path(shards, stand_in):
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=2, transform=T.imagenet_train(48), return_keys=True)
-    decoder = CpuStandInDecoder()
-    gpu = batches(turbofeed.DataLoader(shards, gpu_decode=decoder, **kw))
+    gpu = batches(turbofeed.DataLoader(shards, gpu_decode=stand_in, **kw))
     cpu = batches(turbofeed.DataLoader(shards, **kw))
-    assert decoder.calls == [16] * 7 + [8]  # one decode call per batch
+    assert stand_in.calls == [16] * 7 + [8]  # one decode call per batch
     assert [k for _, _, k in gpu] == [k for _, _, k in cpu]
     for (gx, gy, _), (cx, cy, _) in zip(gpu, cpu):
         assert torch.equal(gy, cy) and gx.dtype == cx.dtype == torch.uint8 and gx.shape == cx.shape
         assert (gx.int() - cx.int()).abs().max() <= 1
 
 
-def test_rejected_images_fall_back_to_the_cpu_and_bad_ones_are_replaced(tmp_path, odd_images, tar_writer):
+def test_rejected_images_fall_back_to_the_cpu_and_bad_ones_are_replaced(tmp_path, odd_images, tar_writer,
+                                                                         stand_in):
     members = []
     for i, kind in enumerate(["rgb", "cmyk", "rgb", "truncated", "gray", "progressive"]):
         members += [(f"k{i}.jpg", odd_images[kind]), (f"k{i}.cls", str(i).encode())]
     path = tar_writer(str(tmp_path / "mixed.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=6, num_workers=2, gpu_decode=CpuStandInDecoder(),
+    loader = turbofeed.DataLoader(path, batch_size=6, num_workers=2, gpu_decode=stand_in,
                                   transform=T.imagenet_eval(32, normalize=True), return_keys=True)
     images, labels, keys = next(iter(loader))
     assert images.shape == (6, 3, 32, 32) and images.dtype == torch.float32
@@ -81,6 +57,6 @@ def test_without_a_gpu_gpu_decode_true_warns_once_and_uses_the_cpu(shards):
     assert loader.stats.errors == {"gpu_fallback": 1}
 
 
-def test_gpu_decode_needs_a_fixed_output_size(shards):
+def test_gpu_decode_needs_a_fixed_output_size(shards, stand_in):
     with pytest.warns(RuntimeWarning, match="fixed output size"):
-        turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder())
+        turbofeed.DataLoader(shards, gpu_decode=stand_in)

@@ -48,6 +48,19 @@ def test_gpu_loader_matches_cpu_loader(shards):
         assert (g.cpu() - c).abs().mean() < 0.05  # normalised units; ~1 level of 8 bits is 0.017
 
 
+def test_pipeline_decodes_on_the_gpu(shards):
+    kw = dict(num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64))
+    with turbofeed.Pipeline(shards, gpu_decode=True, device_id=0, **kw) as pipe:
+        gpu = pipe.next_batch(40)
+    with turbofeed.Pipeline(shards, **kw) as pipe:
+        cpu = pipe.next_batch(40)
+    assert [s.key for s in gpu] == [s.key for s in cpu]
+    for g, c in zip(gpu, cpu):
+        tensor = g.get_gpu_tensor()
+        assert tensor is g.tensor and tensor.is_cuda and tuple(tensor.shape) == (64, 64, 3)
+        assert np.abs(g.get_image().astype(int) - c.get_image()).mean() < 1.5
+
+
 def test_memory_does_not_grow_over_epochs(shards):
     loader = turbofeed.DataLoader(shards, batch_size=16, gpu_decode=True, transform=T.imagenet_train(64))
     peaks = []

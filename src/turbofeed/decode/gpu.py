@@ -113,3 +113,24 @@ class GpuDecoder:
                 except Exception:
                     out.append(None)
             return out
+
+
+def open_decoder(gpu_decode: Any, device: Any = "cuda") -> tuple[Any | None, str]:
+    """The batch decoder a ``gpu_decode=`` argument asks for, or ``(None, why not)``.
+
+    ``True`` builds a :class:`GpuDecoder` on ``device``; an object with ``device`` and
+    ``decode(datas)`` (your own decoder, or a test stand-in) is used as it is. No GPU or
+    no backend is not an error here: the reason comes back for the caller's one warning.
+
+    Raises:
+        TypeError: ``gpu_decode`` is neither ``True`` nor a decoder.
+    """
+    if gpu_decode is True:
+        try:
+            return GpuDecoder(device), ""
+        except GpuDecodeUnavailable as exc:
+            return None, str(exc)
+    if not (callable(getattr(gpu_decode, "decode", None)) and hasattr(gpu_decode, "device")):
+        raise TypeError(f"gpu_decode must be True, False or a decoder with .device and .decode(datas), "
+                        f"got {gpu_decode!r}")
+    return gpu_decode, ""
