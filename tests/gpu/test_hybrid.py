@@ -1,41 +1,17 @@
 """Hybrid decode: each batch split between the GPU decoder and the CPU threads in
 proportion to measured speed. The split logic and the batch assembly are device-agnostic;
 they run here with a stand-in decoder that decodes on the CPU into tensors (no GPU
-exists on this machine), slowed down where a test needs a "GPU" of known speed."""
+exists on this machine: the ``stand_in`` fixture of conftest.py), slowed down where a
+test needs a "GPU" of known speed."""
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import pytest
 import torch
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.decode import decode
 from turbofeed.torch.hybrid import HybridSplit
-
-
-class StandInDecoder:
-    """GpuDecoder's contract on the CPU; ``seconds_per_image`` makes it a slow "GPU"."""
-
-    device = torch.device("cpu")
-
-    def __init__(self, seconds_per_image: float = 0.0) -> None:
-        self.seconds_per_image = seconds_per_image
-        self.calls: list[int] = []
-
-    def decode(self, datas):
-        self.calls.append(len(datas))
-        time.sleep(self.seconds_per_image * len(datas))
-        out = []
-        for data in datas:
-            try:
-                out.append(torch.from_numpy(np.ascontiguousarray(decode(data).transpose(2, 0, 1))))
-            except ValueError:  # a GPU decoder returns None for what it cannot decode
-                out.append(None)
-        return out
 
 
 def test_split_follows_the_measured_rates():
@@ -63,11 +39,11 @@ def test_each_side_keeps_at_least_one_sample_so_both_stay_measured():
 
 
 @pytest.mark.parametrize("transform", [T.imagenet_train(48), T.imagenet_eval(40, normalize=True)])
-def test_hybrid_batches_equal_the_cpu_path(shards, transform):
+def test_hybrid_batches_equal_the_cpu_path(shards, transform, stand_in):
     """Same keys, labels and order as the CPU loader; pixels within one level (float:
     within one level's worth after normalisation); every batch split between both sides."""
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=5, transform=transform, return_keys=True)
-    decoder = StandInDecoder()
+    decoder = stand_in
     hybrid = turbofeed.DataLoader(shards, gpu_decode=decoder, hybrid=True, **kw)
     cpu = turbofeed.DataLoader(shards, **kw)
     got = [(x.clone(), y.clone(), k) for x, y, k in hybrid]
@@ -85,10 +61,11 @@ def test_hybrid_batches_equal_the_cpu_path(shards, transform):
     assert 0.0 < hybrid.hybrid_share < 1.0
 
 
-def test_a_slow_gpu_gets_a_smaller_share(shards):
+def test_a_slow_gpu_gets_a_smaller_share(shards, stand_in):
     """A stand-in "GPU" 20 ms per image, far slower than the CPU threads on 48 px crops:
     after the first batches the split moves most of each batch to the CPU."""
-    decoder = StandInDecoder(seconds_per_image=0.02)
+    decoder = stand_in
+    decoder.seconds_per_image = 0.02
     loader = turbofeed.DataLoader(shards, batch_size=20, num_workers=2, gpu_decode=decoder, hybrid=True,
                                   transform=T.imagenet_train(48))
     labels = [y for _, y in loader]
@@ -97,7 +74,7 @@ def test_a_slow_gpu_gets_a_smaller_share(shards):
     assert decoder.calls[-1] < 5 and loader.hybrid_share < 0.25
 
 
-def test_skipped_samples_leave_both_parts_consistent(tmp_path, odd_images, tar_writer):
+def test_skipped_samples_leave_both_parts_consistent(tmp_path, odd_images, tar_writer, stand_in):
     """on_error="skip": a corrupt image on either side is dropped; the others keep their
     order and labels."""
     kinds = ["rgb", "truncated", "rgb", "gray", "progressive", "truncated", "rgb", "gray"]
@@ -105,7 +82,7 @@ def test_skipped_samples_leave_both_parts_consistent(tmp_path, odd_images, tar_w
     for i, kind in enumerate(kinds):
         members += [(f"k{i}.jpg", odd_images[kind]), (f"k{i}.cls", str(i).encode())]
     path = tar_writer(str(tmp_path / "mixed.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=2, gpu_decode=StandInDecoder(), hybrid=True,
+    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=2, gpu_decode=stand_in, hybrid=True,
                                   on_error="skip", transform=T.imagenet_eval(32), return_keys=True)
     images, labels, keys = next(iter(loader))
     assert labels.tolist() == [0, 2, 3, 4, 6, 7]

@@ -48,6 +48,19 @@ def test_gpu_loader_matches_cpu_loader(shards):
         assert (g.cpu() - c).abs().mean() < 0.05  # normalised units; ~1 level of 8 bits is 0.017
 
 
+def test_hybrid_loader_matches_cpu_loader_and_splits_every_batch(shards):
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True),
+              return_keys=True)
+    loader = turbofeed.DataLoader(shards, gpu_decode=True, hybrid=True, **kw)
+    hybrid = [(x, y, k) for x, y, k in loader]
+    cpu = [(x, y, k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
+    assert [k for *_, k in hybrid] == [k for *_, k in cpu]
+    for (g, gy, _), (c, cy, _) in zip(hybrid, cpu):
+        assert g.is_cuda and g.shape == c.shape and torch.equal(gy.cpu(), cy)
+        assert (g.cpu() - c).abs().mean() < 0.05
+    assert 0.0 < loader.hybrid_share < 1.0
+
+
 def test_pipeline_decodes_on_the_gpu(shards):
     kw = dict(num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64))
     with turbofeed.Pipeline(shards, gpu_decode=True, device_id=0, **kw) as pipe:

@@ -74,22 +74,25 @@ def decode_batch(decoder: Any, datas: Sequence[bytes | np.ndarray]) -> list[torc
 
 
 def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy,
-               refill: Callable[[int, int], None]) -> list[int]:
+               refill: Callable[[int, int], None], entries: list | None = None,
+               positions: Sequence[int] | None = None) -> list[int]:
     """Decode the finished ``job`` on the decoder in one call, CPU fallback per image.
 
-    Each ``job.slot[i]`` is an entry with ``data`` (bytes or an array) and ``pixels``
-    (set here to its (3, H, W) tensor). An image the decoder refuses (None) is counted in
+    Each ``entries[i]`` (default ``job.slot``) is an entry with ``data`` (bytes or an
+    array) and ``pixels`` (set here to its (3, H, W) tensor); only ``positions`` (default:
+    all) are decoded. An image the decoder refuses (None) is counted in
     ``stats.errors["gpu_fallback"]`` and ``refill(gid, i)`` decodes it on the CPU into a
-    new entry at ``job.slot[i]`` (pixels set); when that raises :class:`SampleError`,
+    new entry at ``entries[i]`` (pixels set); when that raises :class:`SampleError`,
     the policy replaces, skips (``job.ok[i] = False``) or raises, as on the CPU path.
 
     Returns:
         The indices of the batch that hold a decoded sample, in order.
     """
-    keep = [i for i in range(len(job)) if job.ok[i]]
-    decoded = decode_batch(decoder, [job.slot[i].data for i in keep])
+    entries = job.slot if entries is None else entries
+    keep = [i for i in (range(len(job)) if positions is None else positions) if job.ok[i]]
+    decoded = decode_batch(decoder, [entries[i].data for i in keep])
     for i, pixels in zip(keep, decoded):
-        job.slot[i].pixels = pixels
+        entries[i].pixels = pixels
         if pixels is None:  # the decoder refused it: the CPU decodes it, or the policy acts
             policy.stats.count_error("gpu_fallback")
             gid = fill_position(plan, job.positions[i], lambda g, i=i: refill(g, i), policy)

@@ -16,15 +16,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ..decode import decode, probe
-from ..decode.cpu import as_rgb
 from ..pipeline.buffers import Slot, SlotPool
 from ..pipeline.policy import ErrorPolicy
-from ..pipeline.stream import Job, fill_position
+from ..pipeline.stream import Job
 from ..pipeline.work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import pad_batch, resized_crop, window_tensors
+from ._gpu_batch import cpu_decode, decode_job, header_window, resize_batch
 from .device import apply_output
 from .hybrid import HybridSlot, HybridSplit
 
@@ -45,11 +43,6 @@ class Encoded:
     window: Window
     label: int
     pixels: torch.Tensor | None = None
-
-
-def _pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A pre-decoded HWC uint8 image as the (3, H, W) tensor a decoder would return."""
-    return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)
 
 
 class GpuPath:
@@ -94,24 +87,8 @@ class GpuPath:
                 return
             slot = slot.entries
         data = self.work.fetch(gid)
-        try:
-            info = probe(data)
-            window = self.transform.window(info.height, info.width, self.work._rng(gid))
-        except Exception as exc:
-            raise self.work._error(gid, "decode.gpu", exc) from exc
+        window = header_window(self.work, gid, data, self.transform)
         slot[j] = Encoded(data, window, int(self.work.dataset.labels[gid]))
-
-    def _cpu_fill(self, entries: list, j: int):
-        def fill(gid: int) -> None:
-            data = self.work.fetch(gid)
-            try:
-                pixels = decode(data)
-                window = self.transform.window(pixels.shape[0], pixels.shape[1], self.work._rng(gid))
-            except Exception as exc:
-                raise self.work._error(gid, "decode.cpu", exc) from exc
-            tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))).to(self.device)
-            entries[j] = Encoded(data, window, int(self.work.dataset.labels[gid]), tensor)
-        return fill
 
     def to_tensors(self, job: Job) -> tuple[torch.Tensor, torch.Tensor]:
         started = time.perf_counter()
@@ -163,35 +140,20 @@ class GpuPath:
         labels = torch.from_numpy(slot.host.labels[k:n][job.ok[k:n]].copy()).to(self.device)
         return images, labels
 
-    def _batch(self, job: Job, slots: list, positions: range, started: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _batch(self, job: Job, entries: list, positions: range, started: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode and augment the GPU positions of a batch in one call each."""
-        keep = [i for i in positions if job.ok[i]]
-        entries: list[Encoded] = [slots[i] for i in keep]
-        # pre-decoded pixels (HDF5, Zarr, .npy sources) skip the decoder
-        encoded = iter(self.decoder.decode([e.data for e in entries if not isinstance(e.data, np.ndarray)]))
-        decoded = [_pixels_tensor(e.data, self.device) if isinstance(e.data, np.ndarray) else next(encoded)
-                   for e in entries]
-        for k, (i, pixels) in enumerate(zip(keep, decoded)):
-            entries[k].pixels = pixels
-            if pixels is None:  # the GPU refused it: the CPU decodes it, or the policy replaces it
-                self.policy.stats.count_error("gpu_fallback")
-                gid = fill_position(self.plan, job.positions[i], self._cpu_fill(slots, i), self.policy)
-                if gid is None:
-                    job.ok[i] = False
-                else:
-                    job.ids[i] = gid
-                    entries[k] = slots[i]
-        entries = [e for i, e in zip(keep, entries) if job.ok[i]]
-        if not entries:
-            h, w = self.transform.size
+        def refill(gid: int, i: int) -> None:  # an image the GPU refused, decoded on the CPU
+            data, window, pixels = cpu_decode(self.work, gid, self.transform, self.device)
+            entries[i] = Encoded(data, window, int(self.work.dataset.labels[gid]), pixels)
+
+        kept = [entries[i] for i in decode_job(self.decoder, job, self.plan, self.policy, refill, entries, positions)]
+        if kept:
+            out = resize_batch([e.pixels for e in kept], [e.window for e in kept], self.transform.size,
+                               self.transform.output, self.channels_last)
+        else:  # every sample of this part was skipped
             dtype = torch.uint8 if self.transform.output is None else getattr(torch, self.transform.output.dtype.name)
-            return (torch.empty((0, 3, h, w), dtype=dtype, device=self.device),
-                    torch.empty(0, dtype=torch.int64, device=self.device))
-        images, sizes = pad_batch([e.pixels for e in entries])
-        boxes, flips = window_tensors([e.window for e in entries])
-        out = resized_crop(images, sizes, boxes, self.transform.size, flips, self.transform.output,
-                           self.channels_last)
-        labels = torch.tensor([e.label for e in entries], dtype=torch.int64).to(self.device)
+            out = torch.empty((0, 3, *self.transform.size), dtype=dtype, device=self.device)
+        labels = torch.tensor([e.label for e in kept], dtype=torch.int64).to(self.device)
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return out, labels
 

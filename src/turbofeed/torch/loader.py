@@ -149,17 +149,11 @@ class DataLoader:
         if gpu_decode is False or gpu_decode is None:
             return None
         if self.transform is None or self.transform.size is None:
-            reason = "it needs a transform with a fixed output size"
-            decoder = None
-        elif gpu_decode is True:
-            from ..decode.gpu import GpuDecodeUnavailable, GpuDecoder
-
-            try:
-                decoder = GpuDecoder(self.device or "cuda")
-            except GpuDecodeUnavailable as exc:
-                decoder, reason = None, str(exc)
+            decoder, reason = None, "it needs a transform with a fixed output size"
         else:
-            decoder = gpu_decode  # a user-supplied batch decoder
+            from ..decode.gpu import open_decoder
+
+            decoder, reason = open_decoder(gpu_decode, self.device or "cuda")
         if decoder is None:
             warnings.warn(f"turbofeed: gpu_decode=True but {reason}; decoding on the CPU",
                           RuntimeWarning, stacklevel=3)
