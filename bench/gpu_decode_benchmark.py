@@ -66,7 +66,7 @@ def main() -> None:
         print("no CUDA GPU: only the CPU row was measured")
     else:
         from turbofeed.decode.gpu import GpuDecoder
-        from turbofeed.transforms.batched import pad_batch, resized_crop, window_tensors
+        from turbofeed.torch._gpu_batch import resize_batch
 
         datas = []
         for shard in shards:
@@ -84,9 +84,7 @@ def main() -> None:
             for b in batches:
                 images = decoder.decode(b)
                 windows = [transform.window(int(i.shape[1]), int(i.shape[2]), rng) for i in images]
-                padded, sizes = pad_batch(images)
-                boxes, flips = window_tensors(windows)
-                resized_crop(padded, sizes, boxes, transform.size, flips, transform.output)
+                resize_batch(images, windows, transform.size, transform.output)
 
         rows["nvjpeg-raw"] = len(datas) / timed(raw, args.repeats)
         rows["gpu-decode+aug"] = len(datas) / timed(decode_aug, args.repeats)

@@ -11,7 +11,9 @@ import torch
 
 from turbofeed import transforms as T
 from turbofeed.decode import decode
-from turbofeed.transforms.batched import axis_weights, pad_batch, resized_crop, window_tensors
+from turbofeed.torch._gpu_batch import resize_batch
+from turbofeed.transforms.batched import (axis_weights, crop_to_reach, float_bytes, groups_within, pad_batch,
+                                        resized_crop, window_tensors)
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +84,53 @@ def test_peer_helpers_without_gpus_say_no():
     assert MultiGpuTransfer.can_access_peer(0, 1) is False
     with pytest.raises(ValueError, match="between GPUs"):
         MultiGpuTransfer.gpu_to_gpu(torch.zeros(3), "cuda:0")
+
+
+def _windows(photos, transform, seed):
+    rng = random.Random(seed)
+    return [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+
+
+def test_resize_batch_cuts_images_to_what_their_windows_read_without_changing_pixels(photos):
+    """resize_batch pads only the part of each image its window's filter reaches; the
+    result equals resampling the whole padded images (float output: same sums up to
+    float rounding; the CPU reference stays within one level)."""
+    transform = T.Compose([T.RandomResizedCrop(48, scale=(0.02, 0.3)), T.RandomHorizontalFlip()])
+    windows = _windows(photos, transform, 3)
+    tensors = [torch.from_numpy(p).permute(2, 0, 1) for p in photos]
+    exact = T.ToDtype(scale=False).spec
+    whole, sizes = pad_batch(tensors)
+    boxes, flips = window_tensors(windows)
+    expected = resized_crop(whole, sizes, boxes, (48, 48), flips, exact)
+    got = resize_batch(tensors, windows, (48, 48), exact)
+    assert torch.allclose(got, expected, atol=1e-3)
+    cut, _ = crop_to_reach(tensors[0], windows[0])
+    assert cut.shape[1] * cut.shape[2] < tensors[0].shape[1] * tensors[0].shape[2]  # small crops: less to pad
+    ref = cpu_reference(photos, windows)
+    assert np.abs(resize_batch(tensors, windows, (48, 48), None).numpy().astype(int) - ref).max() <= 1
+
+
+def test_a_small_budget_runs_the_batch_in_parts_with_the_same_pixels(photos):
+    transform = T.imagenet_train(40, normalize=True)
+    windows = _windows(photos, transform, 4)
+    tensors = [torch.from_numpy(p).permute(2, 0, 1) for p in photos]
+    shapes = [tuple(crop_to_reach(t, w)[0].shape[1:]) for t, w in zip(tensors, windows)]
+    budget = float_bytes(3, *max(shapes), (40, 40))
+    runs = groups_within(shapes, (40, 40), budget)
+    assert len(runs) > 1 and [i for r in runs for i in r] == list(range(len(photos)))
+    one = resize_batch(tensors, windows, (40, 40), transform.output, channels_last=True)
+    parts = resize_batch(tensors, windows, (40, 40), transform.output, channels_last=True, budget=budget)
+    assert parts.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(one, parts, atol=1e-5)
+
+
+def test_groups_keep_every_run_within_the_budget_and_give_a_huge_image_its_own():
+    shapes = [(300, 400)] * 5 + [(6000, 8000)] + [(300, 400)] * 5
+    budget = 64 * 2**20
+    runs = groups_within(shapes, (224, 224), budget)
+    assert [i for r in runs for i in r] == list(range(len(shapes)))
+    assert range(5, 6) in runs
+    for r in runs:
+        height = max(shapes[i][0] for i in r)
+        width = max(shapes[i][1] for i in r)
+        assert len(r) == 1 or float_bytes(len(r), height, width, (224, 224)) <= budget

@@ -21,7 +21,7 @@ from ..pipeline.stream import Job, fill_position
 from ..pipeline.work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import pad_batch, resized_crop, window_tensors
+from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop
 from ..transforms.output import OutputSpec
 
 
@@ -104,9 +104,23 @@ def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy,
 
 
 def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size: tuple[int, int],
-                 output: OutputSpec | None, channels_last: bool = False) -> torch.Tensor:
+                 output: OutputSpec | None, channels_last: bool = False,
+                 budget: int | None = None) -> torch.Tensor:
     """Crop each (3, h, w) image to its window, resize to ``size``, flip, normalise: one
-    batched op on the images' device; (N, 3, *size), uint8 or ``output.dtype``."""
-    images, sizes = pad_batch(pixels)
-    boxes, flips = window_tensors(windows)
-    return resized_crop(images, sizes, boxes, size, flips, output, channels_last)
+    batched op on the images' device; (N, 3, *size), uint8 or ``output.dtype``.
+
+    Device memory stays bounded: each image is first cut to the pixels its window reads,
+    and the batch runs in as many batched calls as keep the padded float work within
+    ``budget`` bytes (:func:`turbofeed.transforms.batched.groups_within`)."""
+    cuts = [crop_to_reach(image, window) for image, window in zip(pixels, windows)]
+    shapes = [(int(cut.shape[1]), int(cut.shape[2])) for cut, _ in cuts]
+    parts = []
+    for run in groups_within(shapes, size, budget):
+        images, sizes = pad_batch([cuts[i][0] for i in run])
+        boxes = torch.tensor([cuts[i][1] for i in run], dtype=torch.float32).reshape(-1, 4)
+        flips = torch.tensor([windows[i].flip for i in run], dtype=torch.bool)
+        parts.append(resized_crop(images, sizes, boxes, size, flips, output, channels_last))
+    if len(parts) == 1:
+        return parts[0]
+    out = torch.cat(parts)
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out

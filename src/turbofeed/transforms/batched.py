@@ -19,6 +19,8 @@ one level. A flip reverses the rows of the horizontal weights, so it costs nothi
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -89,6 +91,61 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
     if channels_last:
         result = result.contiguous(memory_format=torch.channels_last)
     return result
+
+
+def _default_budget() -> int:
+    return int(float(os.environ.get("TURBOFEED_GPU_BATCH_MB", "512")) * 2**20)
+
+
+def reach(box: Sequence[float], out_size: tuple[int, int], height: int, width: int) -> tuple[int, int, int, int]:
+    """``(top, left, bottom, right)``: the source pixels the resampling of ``box`` to
+    ``out_size`` reads (every weight outside is 0), clamped to the image.
+
+    An output pixel's filter spans ``max(scale, 1)`` source pixels each side of its
+    centre (see :func:`axis_weights`); one more pixel of margin covers rounding.
+    """
+    x0, y0, x1, y1 = box
+    out_h, out_w = out_size
+    fx = max((x1 - x0) / out_w, 1.0)
+    fy = max((y1 - y0) / out_h, 1.0)
+    return (max(0, math.floor(y0 - fy) - 1), max(0, math.floor(x0 - fx) - 1),
+            min(height, math.ceil(y1 + fy) + 1), min(width, math.ceil(x1 + fx) + 1))
+
+
+def crop_to_reach(image: torch.Tensor, window: Window) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
+    """A (3, h, w) image cut down to what ``window`` reads (a view, no copy) and the
+    window's box in the cut's coordinates: resampling the two gives the same pixels, and
+    a small crop of a huge photo no longer pads the whole batch to the photo's size."""
+    top, left, bottom, right = reach(window.box, (window.height, window.width), int(image.shape[1]),
+                                     int(image.shape[2]))
+    x0, y0, x1, y1 = window.box
+    return image[:, top:bottom, left:right], (x0 - left, y0 - top, x1 - left, y1 - top)
+
+
+def float_bytes(count: int, height: int, width: int, out_size: tuple[int, int]) -> int:
+    """Bytes of float32 work :func:`resized_crop` needs for ``count`` images padded to
+    ``height x width``: the padded pixels, the horizontal pass and the output."""
+    out_h, out_w = out_size
+    return 4 * 3 * count * (height * width + height * out_w + out_h * out_w)
+
+
+def groups_within(shapes: Sequence[tuple[int, int]], out_size: tuple[int, int],
+                  budget: int | None = None) -> list[range]:
+    """Split a batch, in order, into runs whose padded float work (:func:`float_bytes`)
+    stays within ``budget`` bytes (default ``$TURBOFEED_GPU_BATCH_MB``, 512 MiB): the
+    device memory one batched resize may take, whatever the image sizes. An image too big
+    for the budget alone gets a run of its own."""
+    budget = _default_budget() if budget is None else budget
+    groups, start, height, width = [], 0, 0, 0
+    for i, (h, w) in enumerate(shapes):
+        grown_h, grown_w = max(height, h), max(width, w)
+        if i > start and float_bytes(i - start + 1, grown_h, grown_w, out_size) > budget:
+            groups.append(range(start, i))
+            start, grown_h, grown_w = i, h, w
+        height, width = grown_h, grown_w
+    if shapes:
+        groups.append(range(start, len(shapes)))
+    return groups
 
 
 def window_tensors(windows: Sequence[Window]) -> tuple[torch.Tensor, torch.Tensor]:
