@@ -136,3 +136,25 @@ def test_object_names_change_with_the_object_version():
     assert a != object_name("s3://b/train/shard-000001.tar", "etag2", 10, ".tar")
     assert a != object_name("s3://b/train/shard-000001.tar", "etag1", 11, ".tar")
     assert a != object_name("s3://b/val/shard-000001.tar", "etag1", 10, ".tar")
+
+
+def test_the_data_is_synced_to_disk_before_the_name_is_published(tmp_path, monkeypatch):
+    """A power loss cannot be staged in a test, so this watches the order of the two
+    syscalls that make publishing durable: fsync of the part file, then the rename."""
+    calls: list[str] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def rename(src, dst):
+        calls.append("rename")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(cache_module.os, "fsync", fsync)
+    monkeypatch.setattr(cache_module.os, "rename", rename)
+    path = ShardCache(str(tmp_path / "c"), max_bytes=SIZE * 2).fill("obj.tar", SIZE, lambda fd: os.pwrite(fd, CONTENT, 0))
+    assert calls == ["fsync", "rename"]
+    with open(path, "rb") as f:
+        assert f.read() == CONTENT

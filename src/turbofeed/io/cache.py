@@ -151,6 +151,9 @@ class ShardCache:
             fd = self._reserve(part, size, name)
             try:
                 write(fd)
+                # Data on disk before the name: after a power loss the rename could
+                # otherwise survive with the blocks not, publishing a zero-filled shard.
+                os.fsync(fd)
                 os.rename(part, self.path(name))  # atomic publish
             except BaseException:
                 try:
