@@ -20,8 +20,8 @@ from botocore.exceptions import ClientError  # noqa: E402
 
 from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
 from turbofeed.io.s3_testing import FaultProxy, LocalS3Server  # noqa: E402
-from turbofeed.io.s3client import (CredentialsError, S3Client, S3Config, ShortRead,  # noqa: E402
-                                   _retryable, changed, not_found)
+from turbofeed.io.s3client import CredentialsError, S3Client, S3Config  # noqa: E402
+from turbofeed.io.s3errors import ShortRead, changed, not_found, retryable  # noqa: E402
 
 BUCKET = "tf-client"
 FAST = RetryPolicy(max_attempts=6, base_delay=0.005, max_delay=0.05)
@@ -313,4 +313,4 @@ class GenericError(Exception):
     (ValueError("bad argument"), False),
 ])
 def test_which_errors_are_retried(exc, retry):
-    assert _retryable(exc) is retry
+    assert retryable(exc) is retry

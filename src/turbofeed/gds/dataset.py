@@ -10,7 +10,7 @@ import torch
 
 from ..errors import DatasetError, SampleError, TurbofeedError
 from ..io.retry import RemoteError
-from ..io.s3client import changed
+from ..io.s3errors import changed
 from ..io.s3config import parse_url
 from .client import GPUDirectClient
 from .config import GDSConfig

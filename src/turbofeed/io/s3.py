@@ -36,8 +36,8 @@ from ..errors import DatasetError
 from .cache import ShardCache, object_name
 from .paths import expand_braces
 from .retry import RemoteError
-from .s3client import (ObjectInfo, S3Client, S3Config, changed, default_config, not_found,
-                       parse_size, parse_url)
+from .s3client import ObjectInfo, S3Client, S3Config, default_config, parse_size, parse_url
+from .s3errors import changed, not_found
 from .tar import _FDS, INDEX_VERSION, TarDamage, _build_index, default_cache_dir, table_from_index
 
 log = logging.getLogger("turbofeed")

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import TurbofeedError
-from ._optional import MissingExtra
 from .retry import RemoteError
+from .s3errors import (LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, changed,
+                       not_found, retryable)
 from .s3config import (Auth, CredentialsError, ObjectInfo, S3Config, S3Stats, configure,
                        default_config, parse_size, parse_url)
 
@@ -35,90 +33,6 @@ _MIN_PART = 5 << 20          # S3's smallest multipart part (all but the last)
 _MAX_PARTS = 10_000
 _CONNECT_TIMEOUT_S = 5.0
 _FIRST_CONTACT_ATTEMPTS = 3  # connection failures tried before the endpoint ever answered
-_FINAL_STATUS = {400, 401, 403, 404, 405, 409, 411, 412, 416}
-_FINAL_NAMES = {  # obstore and botocore error types that waiting cannot fix
-    "NotFoundError", "PermissionDeniedError", "UnauthenticatedError", "InvalidPathError",
-    "NotSupportedError", "AlreadyExistsError", "PreconditionError", "NotModifiedError",
-    "UnknownConfigurationKeyError", "NoCredentialsError", "PartialCredentialsError",
-    "ParamValidationError", "NoSuchKey", "NoSuchBucket", "NoSuchUpload", "ProfileNotFound"}
-_THROTTLE_CODES = ("SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                   "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
-                   "RequestLimitExceeded", "TooManyRequests")
-_CONNECT_TEXT = ("tcp connect error", "dns error", "connection refused", "(connect)",
-                 "failed to lookup address", "could not connect to the endpoint")
-_STATUS = re.compile(r"status(?: code)?:?\s*(\d{3})\b", re.IGNORECASE)
-
-
-class S3Unavailable(MissingExtra):
-    """No S3 client library is installed (``pip install 'turbofeed[s3]'``); an ImportError."""
-
-
-class ShortRead(OSError):
-    """The server sent fewer bytes than the range asked for (a dropped connection)."""
-
-
-class Unreachable(TurbofeedError):
-    """The endpoint never answered: refused, unknown host or connect timeout. Final."""
-
-
-class LocalWriteError(TurbofeedError):
-    """Bytes arrived but could not be stored locally (disk full). Final."""
-
-
-def _retryable(exc: BaseException) -> bool:
-    """5xx, throttling, timeouts, dropped connections and short bodies: yes; 4xx,
-    missing objects, credentials and local failures: no."""
-    if isinstance(exc, (Unreachable, LocalWriteError, CredentialsError, FileNotFoundError,
-                        PermissionError, ValueError, TypeError)):
-        return False
-    if isinstance(exc, (ConnectionError, TimeoutError, ShortRead)):
-        return True
-    if type(exc).__name__ in _FINAL_NAMES:
-        return False
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):  # botocore ClientError
-        code = str(response.get("Error", {}).get("Code", ""))
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        return code in _THROTTLE_CODES or status >= 500 or status in (408, 429)
-    status = _STATUS.search(str(exc))  # obstore's GenericError carries the status in its text
-    return status is None or int(status.group(1)) not in _FINAL_STATUS
-
-
-def _cannot_connect(exc: BaseException) -> bool:
-    """The request never reached a server (as opposed to a server failing it)."""
-    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
-        return True
-    if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError"):
-        return True
-    text = str(exc).lower()
-    return any(s in text for s in _CONNECT_TEXT)
-
-
-def not_found(exc: BaseException | None) -> bool:
-    """``exc`` (or the error it was raised from) says the object does not exist."""
-    while exc is not None:
-        if isinstance(exc, FileNotFoundError) or type(exc).__name__ in ("NotFoundError", "NoSuchKey"):
-            return True
-        response = getattr(exc, "response", None)  # botocore
-        if isinstance(response, dict) and str(response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
-            return True
-        exc = exc.__cause__
-    return False
-
-
-def changed(exc: BaseException | None) -> bool:
-    """``exc`` (or its cause) is a failed ``If-Match``: the object was replaced."""
-    while exc is not None:
-        if type(exc).__name__ == "PreconditionError":
-            return True
-        response = getattr(exc, "response", None)
-        if isinstance(response, dict) and str(response.get("Error", {}).get("Code")) in (
-                "412", "PreconditionFailed"):
-            return True
-        exc = exc.__cause__
-    return False
-
-
 def _require(module: str):
     try:
         return __import__(module)
@@ -253,7 +167,7 @@ class S3Client:
                 try:
                     out = fn()
                 except Exception as exc:
-                    if not _cannot_connect(exc):
+                    if not cannot_connect(exc):
                         self._reached = True
                     elif not self._reached:
                         # A wrong endpoint should fail in a second, not after the whole
@@ -266,7 +180,7 @@ class S3Client:
                     raise
             self._reached = True
             return out
-        return self.config.retry.call(once, what=what, retryable=_retryable,
+        return self.config.retry.call(once, what=what, retryable=retryable,
                                       on_retry=self.stats.retried, stop=self._stop)
 
     # ----- reads ----------------------------------------------------------------------
