@@ -160,8 +160,9 @@ def block(results: dict, args: argparse.Namespace) -> str:
               f"- The raw layouts hold the images decoded once, resized (shorter side {args.size}) and "
               f"centre-cropped to {args.size}x{args.size} by `turbofeed convert --to npy --size {args.size}`; "
               "the crop then resamples from those pixels instead of a decoded JPEG, so the epoch does no "
-              "decoding and less resampling. That, not the container, is most of their speed-up; the cost is "
-              "disk (uint8 pixels are larger than JPEGs) and a fixed maximum resolution.",
+              "decoding and less resampling (the same native Pillow-exact resize as the JPEG path, reading "
+              "only the rows and columns the filter needs). That, not the container, is most of their "
+              "speed-up; the cost is disk (uint8 pixels are larger than JPEGs) and a fixed maximum resolution.",
               "- Parquet reads each 100-image row group's image column once into turbofeed's block cache; after "
               "the warm-up epoch the whole column is cached, so timed epochs serve JPEG bytes from memory (as "
               "the tar shards are served from the page cache) and cost the same decode as tar.",

@@ -664,7 +664,176 @@ static void store_row(const Target *t, int yy, const uint8_t *rgbx) {
     }
 }
 
-/* ---------------------------------------------------------------- decode + resize */
+/* ---------------------------------------------------------------- rows -> resize */
+
+/* Where the resampler gets its rows: a JPEG being decoded, or an array of pixels. Rows
+ * come as RGBX (PS bytes per pixel) and cover the columns [xoff, xoff + width) that
+ * crop() chose around the columns the filter reads. */
+typedef struct Source Source;
+struct Source {
+    int (*crop)(Source *src, int lo, int hi, int *xoff, int *width);
+    int (*skip)(Source *src, int rows);                 /* drop the rows above the first read */
+    int (*read)(Source *src, unsigned char **rows, int n); /* the next n rows */
+    State *s;                                            /* for messages */
+};
+
+/* Clamp the box to a W x H image (as turbofeed.transforms.resample does). */
+static int clamp_box(State *s, const double box[4], double W, double H, double out[4]) {
+    out[0] = box[0] > 0 ? box[0] : 0.0;
+    out[1] = box[1] > 0 ? box[1] : 0.0;
+    out[2] = box[2] < W ? box[2] : W;
+    out[3] = box[3] < H ? box[3] : H;
+    if (!(out[2] > out[0]) || !(out[3] > out[1])) {
+        snprintf(s->msg, sizeof s->msg, "box (%g, %g, %g, %g) is empty or outside the %dx%d image", box[0],
+                 box[1], box[2], box[3], (int)W, (int)H);
+        return RC_VALUE;
+    }
+    return RC_OK;
+}
+
+/* Resize the box (fx0, fy0, fx1, fy1) of an IW x IH image, its rows read from src, into
+ * the target. Reads only the rows and columns the filter needs, top to bottom, once. */
+static int resample(State *s, Source *src, int IW, int IH, float fx0, float fy0, float fx1, float fy1,
+                    const Target *t) {
+    const int out_w = t->out_w, out_h = t->out_h;
+    /* Pillow 13's order (ImagingResampleInner): vertical first when the height shrinks
+     * more than twice as much as the width, in pixels of the whole image. The rounding
+     * between the passes makes the order visible. */
+    const int horizontal_first = !((IH - out_h) > 0 && (IH - out_h) > (IW - out_w) * 2);
+
+    /* Coefficients of both directions, in one buffer. */
+    Coeffs ch, cv;
+    const int ksh = ksize_of(fx0, fx1, out_w), ksv = ksize_of(fy0, fy1, out_h);
+    const size_t bh = coeffs_bytes(out_w, ksh), bv = coeffs_bytes(out_h, ksv);
+    if (!grow((void **)&s->coef, &s->coef_cap, bh + bv) ||
+        !grow((void **)&s->w, &s->w_cap, (size_t)(ksh > ksv ? ksh : ksv) * sizeof(double))) {
+        snprintf(s->msg, sizeof s->msg, "out of memory");
+        return RC_NOMEM;
+    }
+    coeffs_place(&ch, s->coef, out_w, ksh);
+    coeffs_place(&cv, s->coef + bh, out_h, ksv);
+    coeffs_fill(&ch, IW, fx0, fx1, s->w);
+    coeffs_fill(&cv, IH, fy0, fy1, s->w);
+    int cx_lo, cx_hi, ry_lo, ry_hi;
+    coeffs_span(&ch, &cx_lo, &cx_hi);
+    coeffs_span(&cv, &ry_lo, &ry_hi);
+    const int rows = ry_hi - ry_lo, cols = cx_hi - cx_lo;
+
+    int xoff = 0, width = IW, rc;
+    if ((rc = src->crop(src, cx_lo, cx_hi, &xoff, &width)) != RC_OK) return rc;
+    if (xoff > cx_lo || xoff + width < cx_hi) { /* cannot happen */
+        snprintf(s->msg, sizeof s->msg, "internal error: crop [%d, %d) misses [%d, %d)", xoff, xoff + width,
+                 cx_lo, cx_hi);
+        return RC_VALUE;
+    }
+    const size_t stride = (size_t)width * PS;
+    /* Horizontal first: 8 rows at a time, resampled at once into mid (rows x out_w).
+     * Vertical first: all rows kept, then 8 output rows at a time through mid (8 x cols).
+     * Row strides are rounded up to 8 pixels (the block kernels write whole 8-pixel
+     * groups); the horizontal pass may read (kpairs * 2 + 1) pixels past the last one it
+     * uses (zero weights), the vertical pass VEC - 1 bytes past a row. */
+    const size_t over = (size_t)(ch.kpairs * 2 + 2) * PS + VEC;
+    const size_t ostride = round8((size_t)out_w) * PS;
+    const size_t mstride = horizontal_first ? ostride : round8((size_t)cols) * PS;
+    const size_t mid_bytes = (horizontal_first ? round8((size_t)rows) : 8) * mstride + over;
+    const size_t lines_bytes = 8 * ostride + VEC;
+    const size_t T_bytes = (round8((size_t)cols) + 8) * 32, O_bytes = round8((size_t)out_w) * 32;
+    if (!grow((void **)&s->rows, &s->rows_cap, stride * (horizontal_first ? 8 : (size_t)rows) + over) ||
+        !grow((void **)&s->tmp, &s->tmp_cap, mid_bytes + lines_bytes + T_bytes + O_bytes)) {
+        snprintf(s->msg, sizeof s->msg, "out of memory");
+        return RC_NOMEM;
+    }
+    uint8_t *mid = s->tmp, *lines = mid + mid_bytes, *T = lines + lines_bytes, *O = T + T_bytes;
+    if (ry_lo > 0 && (rc = src->skip(src, ry_lo)) != RC_OK) return rc;
+    unsigned char *ptrs[BATCH];
+    for (int y = ry_lo; y < ry_hi;) {
+        const int n = horizontal_first ? (ry_hi - y < 8 ? ry_hi - y : 8) : (ry_hi - y < BATCH ? ry_hi - y : BATCH);
+        uint8_t *first = s->rows + (horizontal_first ? 0 : stride * (size_t)(y - ry_lo));
+        for (int i = 0; i < n; i++) ptrs[i] = first + stride * (size_t)i;
+        if ((rc = src->read(src, ptrs, n)) != RC_OK) return rc;
+#ifndef TF_NO_RESIZE
+        if (horizontal_first)
+            horizontal_rows(s->rows, stride, n, xoff, cx_lo, cols, &ch, T, O, mid + (size_t)(y - ry_lo) * mstride,
+                            mstride);
+#endif
+        y += n;
+    }
+#ifdef TF_NO_RESIZE
+    return RC_OK;
+#endif
+
+    if (horizontal_first) {
+        for (int yy = 0; yy < out_h; yy++) {
+            vertical(mid, mstride, cv.bounds[2 * yy] - ry_lo, &cv, yy, lines, out_w * PS);
+            store_row(t, yy, lines);
+        }
+    } else {
+        const uint8_t *rows0 = s->rows + (size_t)(cx_lo - xoff) * PS;
+        for (int y0 = 0; y0 < out_h; y0 += 8) {
+            const int n = out_h - y0 < 8 ? out_h - y0 : 8;
+            for (int r = 0; r < n; r++)
+                vertical(rows0, stride, cv.bounds[2 * (y0 + r)] - ry_lo, &cv, y0 + r, mid + (size_t)r * mstride,
+                         cols * PS);
+            horizontal_rows(mid, mstride, n, cx_lo, cx_lo, cols, &ch, T, O, lines, ostride);
+            for (int r = 0; r < n; r++) store_row(t, y0 + r, lines + (size_t)r * ostride);
+        }
+    }
+    return RC_OK;
+}
+
+/* ---------------------------------------------------------------- JPEG source */
+
+typedef struct {
+    Source base;
+    struct jpeg_decompress_struct *ci;
+} JpegSource;
+
+/* Start decoding only the columns around [lo, hi): jpeg_crop_scanline aligns the left
+ * edge to an iMCU; MARGIN extra columns keep the chroma upsampling of the used columns
+ * identical to a full decode. */
+static int jpeg_crop(Source *src, int lo, int hi, int *xoff, int *width) {
+    struct jpeg_decompress_struct *ci = ((JpegSource *)src)->ci;
+    const int IW = (int)ci->output_width;
+    jpeg_start_decompress(ci);
+    JDIMENSION x = 0, w = (JDIMENSION)IW;
+    const int dx0 = lo - MARGIN > 0 ? lo - MARGIN : 0, dx1 = hi + MARGIN < IW ? hi + MARGIN : IW;
+    if (dx0 > 0 || dx1 < IW) {
+        x = (JDIMENSION)dx0;
+        w = (JDIMENSION)(dx1 - dx0);
+        jpeg_crop_scanline(ci, &x, &w);
+    }
+    if (ci->output_components != PS) {
+        snprintf(src->s->msg, sizeof src->s->msg, "unexpected %d output components", ci->output_components);
+        return RC_VALUE;
+    }
+    *xoff = (int)x;
+    *width = (int)ci->output_width; /* the cropped width */
+    return RC_OK;
+}
+
+static int jpeg_skip(Source *src, int rows) {
+    struct jpeg_decompress_struct *ci = ((JpegSource *)src)->ci;
+    jpeg_skip_scanlines(ci, (JDIMENSION)rows);
+    if ((int)ci->output_scanline != rows) { /* cannot happen */
+        snprintf(src->s->msg, sizeof src->s->msg, "internal error: skipped to row %u, not %d", ci->output_scanline,
+                 rows);
+        return RC_VALUE;
+    }
+    return RC_OK;
+}
+
+static int jpeg_rows(Source *src, unsigned char **rows, int n) {
+    struct jpeg_decompress_struct *ci = ((JpegSource *)src)->ci;
+    for (int done = 0; done < n;) {
+        int got = (int)jpeg_read_scanlines(ci, rows + done, (JDIMENSION)(n - done));
+        if (got == 0) { /* cannot happen */
+            snprintf(src->s->msg, sizeof src->s->msg, "libjpeg returned no scanline");
+            return RC_VALUE;
+        }
+        done += got;
+    }
+    return RC_OK;
+}
 
 static int ends_with_eoi(const unsigned char *data, size_t len) {
     return len >= 4 && data[len - 2] == 0xFF && data[len - 1] == 0xD9;
@@ -677,6 +846,8 @@ static int ends_with_eoi(const unsigned char *data, size_t len) {
         return (code);                                \
     } while (0)
 
+/* Decode the part of a JPEG the box needs and resize it into the target. libjpeg's
+ * errors longjmp back here (resample runs inside this frame). */
 static int run(State *s, const unsigned char *data, size_t len, const double box[4],
                const Target *t, int dct_scale) {
     struct jpeg_decompress_struct *ci = &s->cinfo;
@@ -696,120 +867,76 @@ static int run(State *s, const unsigned char *data, size_t len, const double box
              ci->jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
     if (!ends_with_eoi(data, len)) /* maybe truncated in a part never decoded here */
         FAIL(RC_FALLBACK, "JPEG does not end with an EOI marker");
-    const double W = ci->image_width, H = ci->image_height;
-    /* Clamp the box to the image (as turbofeed.transforms.resample does). */
-    double x0 = box[0] > 0 ? box[0] : 0.0, y0 = box[1] > 0 ? box[1] : 0.0;
-    double x1 = box[2] < W ? box[2] : W, y1 = box[3] < H ? box[3] : H;
-    if (!(x1 > x0) || !(y1 > y0))
-        FAIL(RC_VALUE, "box (%g, %g, %g, %g) is empty or outside the %dx%d image",
-             box[0], box[1], box[2], box[3], (int)W, (int)H);
+    double b[4];
+    int rc = clamp_box(s, box, ci->image_width, ci->image_height, b);
+    if (rc != RC_OK) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
     ci->out_color_space = JCS_EXT_RGBX;
     ci->dct_method = JDCT_ISLOW;
     ci->do_fancy_upsampling = TRUE;
     double f = 1.0;
-    if (dct_scale && x1 - x0 >= 2.0 * t->out_w && y1 - y0 >= 2.0 * t->out_h) {
+    if (dct_scale && b[2] - b[0] >= 2.0 * t->out_w && b[3] - b[1] >= 2.0 * t->out_h) {
         ci->scale_num = 1;
         ci->scale_denom = 2;
         f = 0.5;
     }
     jpeg_calc_output_dimensions(ci);
-    const int IW = (int)ci->output_width, IH = (int)ci->output_height;
-    const float fx0 = (float)(x0 * f), fy0 = (float)(y0 * f);
-    const float fx1 = (float)(x1 * f), fy1 = (float)(y1 * f);
-    const int out_w = t->out_w, out_h = t->out_h;
-    /* Pillow 13's order (ImagingResampleInner): vertical first when the height shrinks
-     * more than twice as much as the width, in pixels of the whole image. The rounding
-     * between the passes makes the order visible. */
-    const int horizontal_first = !((IH - out_h) > 0 && (IH - out_h) > (IW - out_w) * 2);
-
-    /* Coefficients of both directions, in one buffer. */
-    Coeffs ch, cv;
-    const int ksh = ksize_of(fx0, fx1, out_w), ksv = ksize_of(fy0, fy1, out_h);
-    const size_t bh = coeffs_bytes(out_w, ksh), bv = coeffs_bytes(out_h, ksv);
-    if (!grow((void **)&s->coef, &s->coef_cap, bh + bv) ||
-        !grow((void **)&s->w, &s->w_cap, (size_t)(ksh > ksv ? ksh : ksv) * sizeof(double)))
-        FAIL(RC_NOMEM, "out of memory");
-    coeffs_place(&ch, s->coef, out_w, ksh);
-    coeffs_place(&cv, s->coef + bh, out_h, ksv);
-    coeffs_fill(&ch, IW, fx0, fx1, s->w);
-    coeffs_fill(&cv, IH, fy0, fy1, s->w);
-    int cx_lo, cx_hi, ry_lo, ry_hi;
-    coeffs_span(&ch, &cx_lo, &cx_hi);
-    coeffs_span(&cv, &ry_lo, &ry_hi);
-    const int rows = ry_hi - ry_lo, cols = cx_hi - cx_lo;
-
-    jpeg_start_decompress(ci);
-    JDIMENSION xoff = 0, width = (JDIMENSION)IW;
-    int dx0 = cx_lo - MARGIN > 0 ? cx_lo - MARGIN : 0;
-    int dx1 = cx_hi + MARGIN < IW ? cx_hi + MARGIN : IW;
-    if (dx0 > 0 || dx1 < IW) {
-        xoff = (JDIMENSION)dx0;
-        width = (JDIMENSION)(dx1 - dx0);
-        jpeg_crop_scanline(ci, &xoff, &width);
-    }
-    if ((int)xoff > cx_lo || (int)(xoff + width) < cx_hi) /* cannot happen */
-        FAIL(RC_VALUE, "internal error: crop [%u, %u) misses [%d, %d)", (unsigned)xoff,
-             (unsigned)(xoff + width), cx_lo, cx_hi);
-    if (ci->output_components != PS)
-        FAIL(RC_VALUE, "unexpected %d output components", ci->output_components);
-    const size_t stride = (size_t)ci->output_width * PS;
-    /* Horizontal first: 8 rows at a time, resampled at once into mid (rows x out_w).
-     * Vertical first: all rows kept, then 8 output rows at a time through mid (8 x cols).
-     * Row strides are rounded up to 8 pixels (the block kernels write whole 8-pixel
-     * groups); the horizontal pass may read (kpairs * 2 + 1) pixels past the last one it
-     * uses (zero weights), the vertical pass VEC - 1 bytes past a row. */
-    const size_t over = (size_t)(ch.kpairs * 2 + 2) * PS + VEC;
-    const size_t ostride = round8((size_t)out_w) * PS;
-    const size_t mstride = horizontal_first ? ostride : round8((size_t)cols) * PS;
-    const size_t mid_bytes = (horizontal_first ? round8((size_t)rows) : 8) * mstride + over;
-    const size_t lines_bytes = 8 * ostride + VEC;
-    const size_t T_bytes = (round8((size_t)cols) + 8) * 32, O_bytes = round8((size_t)out_w) * 32;
-    if (!grow((void **)&s->rows, &s->rows_cap, stride * (horizontal_first ? 8 : (size_t)rows) + over) ||
-        !grow((void **)&s->tmp, &s->tmp_cap, mid_bytes + lines_bytes + T_bytes + O_bytes))
-        FAIL(RC_NOMEM, "out of memory");
-    uint8_t *mid = s->tmp, *lines = mid + mid_bytes, *T = lines + lines_bytes, *O = T + T_bytes;
-    if (ry_lo > 0) jpeg_skip_scanlines(ci, (JDIMENSION)ry_lo);
-    if ((int)ci->output_scanline != ry_lo) /* cannot happen */
-        FAIL(RC_VALUE, "internal error: skipped to row %u, not %d", ci->output_scanline, ry_lo);
-    JSAMPROW ptrs[BATCH];
-    for (int y = ry_lo; y < ry_hi;) {
-        const int n = horizontal_first ? (ry_hi - y < 8 ? ry_hi - y : 8) : (ry_hi - y < BATCH ? ry_hi - y : BATCH);
-        uint8_t *first = s->rows + (horizontal_first ? 0 : stride * (size_t)(y - ry_lo));
-        for (int done = 0; done < n;) {
-            for (int i = done; i < n; i++) ptrs[i - done] = first + stride * (size_t)i;
-            int got = (int)jpeg_read_scanlines(ci, ptrs, (JDIMENSION)(n - done));
-            if (got == 0) FAIL(RC_VALUE, "libjpeg returned no scanline"); /* cannot happen */
-            done += got;
-        }
-#ifndef TF_NO_RESIZE
-        if (horizontal_first)
-            horizontal_rows(s->rows, stride, n, (int)xoff, cx_lo, cols, &ch, T, O,
-                            mid + (size_t)(y - ry_lo) * mstride, mstride);
-#endif
-        y += n;
-    }
+    JpegSource js = {{jpeg_crop, jpeg_skip, jpeg_rows, s}, ci};
+    rc = resample(s, &js.base, (int)ci->output_width, (int)ci->output_height, (float)(b[0] * f),
+                  (float)(b[1] * f), (float)(b[2] * f), (float)(b[3] * f), t);
     jpeg_abort_decompress(ci); /* the rest of the image is never decoded */
-#ifdef TF_NO_RESIZE
-    return RC_OK;
-#endif
+    return rc;
+}
 
-    if (horizontal_first) {
-        for (int yy = 0; yy < out_h; yy++) {
-            vertical(mid, mstride, cv.bounds[2 * yy] - ry_lo, &cv, yy, lines, out_w * PS);
-            store_row(t, yy, lines);
-        }
-    } else {
-        const uint8_t *src = s->rows + (size_t)(cx_lo - (int)xoff) * PS;
-        for (int y0 = 0; y0 < out_h; y0 += 8) {
-            const int n = out_h - y0 < 8 ? out_h - y0 : 8;
-            for (int r = 0; r < n; r++)
-                vertical(src, stride, cv.bounds[2 * (y0 + r)] - ry_lo, &cv, y0 + r, mid + (size_t)r * mstride,
-                         cols * PS);
-            horizontal_rows(mid, mstride, n, cx_lo, cx_lo, cols, &ch, T, O, lines, ostride);
-            for (int r = 0; r < n; r++) store_row(t, y0 + r, lines + (size_t)r * ostride);
+/* ---------------------------------------------------------------- array source */
+
+typedef struct {
+    Source base;
+    const uint8_t *pixels;
+    size_t row_bytes;
+    int channels; /* 1 (gray), 3 (RGB) or 4 (RGBA: alpha dropped) */
+    int y, xoff, width;
+} ArraySource;
+
+static int array_crop(Source *src, int lo, int hi, int *xoff, int *width) {
+    ArraySource *a = (ArraySource *)src;
+    a->xoff = *xoff = lo;
+    a->width = *width = hi - lo;
+    return RC_OK;
+}
+
+static int array_skip(Source *src, int rows) {
+    ((ArraySource *)src)->y += rows;
+    return RC_OK;
+}
+
+/* Rows of HWC uint8 pixels as RGBX, as turbofeed.decode.cpu.as_rgb sees them. */
+static int array_rows(Source *src, unsigned char **rows, int n) {
+    ArraySource *a = (ArraySource *)src;
+    for (int r = 0; r < n; r++, a->y++) {
+        const uint8_t *p = a->pixels + (size_t)a->y * a->row_bytes + (size_t)a->xoff * a->channels;
+        unsigned char *d = rows[r];
+        if (a->channels == 1) {
+            for (int x = 0; x < a->width; x++, d += PS) d[0] = d[1] = d[2] = p[x], d[3] = 0;
+        } else {
+            for (int x = 0; x < a->width; x++, d += PS, p += a->channels)
+                d[0] = p[0], d[1] = p[1], d[2] = p[2], d[3] = 0;
         }
     }
     return RC_OK;
+}
+
+/* Resize the box of an H x W image of uint8 pixels (channels 1, 3 or 4) into the target. */
+static int run_array(State *s, const uint8_t *pixels, int H, int W, int channels, const double box[4],
+                     const Target *t) {
+    s->msg[0] = 0;
+    double b[4];
+    int rc = clamp_box(s, box, W, H, b);
+    if (rc != RC_OK) return rc;
+    ArraySource as = {{array_crop, array_skip, array_rows, s}, pixels, (size_t)W * channels, channels, 0, 0, W};
+    return resample(s, &as.base, W, H, (float)b[0], (float)b[1], (float)b[2], (float)b[3], t);
 }
 
 /* ---------------------------------------------------------------- Python */
@@ -860,6 +987,33 @@ PyDoc_STRVAR(crop_resize_doc,
 "Raises ValueError (corrupt or not a JPEG, bad arguments) or NotImplementedError\n"
 "(CMYK/YCCK, or no EOI marker at the end: use a general decoder).");
 
+/* Check out (and offset/factor) and fill the target; on failure an exception is set and
+ * nothing is held. On success the caller releases out. */
+static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw, PyObject *offset_obj,
+                      PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
+    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
+    if (normalise && (read_triple(offset_obj, "offset", offset) < 0 || read_triple(factor_obj, "factor", factor) < 0))
+        return -1;
+    if (out_h <= 0 || out_w <= 0 || out_h > (1 << 15) || out_w > (1 << 15)) {
+        PyErr_Format(PyExc_ValueError, "output size %dx%d out of range", out_h, out_w);
+        return -1;
+    }
+    if (PyObject_GetBuffer(out_obj, out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+    const char *fmt = skip_order(out->format);
+    const Py_ssize_t itemsize = normalise ? 4 : 1;
+    if (strcmp(fmt, normalise ? "f" : "B") != 0 || out->itemsize != itemsize ||
+        out->len != (Py_ssize_t)3 * out_h * out_w * itemsize) {
+        PyErr_Format(PyExc_ValueError,
+                     "out must be a C-contiguous %s buffer of 3*%d*%d items (got format '%s', %zd bytes)",
+                     normalise ? "float32" : "uint8", out_h, out_w, fmt, out->len);
+        PyBuffer_Release(out);
+        return -1;
+    }
+    Target target = {out->buf, out_h, out_w, flip, chw, normalise ? offset : NULL, normalise ? factor : NULL};
+    *t = target;
+    return 0;
+}
+
 static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "x0", "y0", "x1", "y1", "out", "out_h", "out_w", "flip",
                              "channels_first", "dct_scale", "offset", "factor", NULL};
@@ -868,38 +1022,16 @@ static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs
     PyObject *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
     int out_h, out_w, flip = 0, chw = 1, dct = 0;
     float offset[3], factor[3];
+    Target t;
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ddddOii|pppOO:crop_resize", kwlist, &data,
                                      &box[0], &box[1], &box[2], &box[3], &out_obj, &out_h, &out_w,
                                      &flip, &chw, &dct, &offset_obj, &factor_obj))
         return NULL;
-    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
-    if (normalise && (read_triple(offset_obj, "offset", offset) < 0 ||
-                      read_triple(factor_obj, "factor", factor) < 0)) {
+    if (get_target(out_obj, out_h, out_w, flip, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    if (out_h <= 0 || out_w <= 0 || out_h > (1 << 15) || out_w > (1 << 15)) {
-        PyBuffer_Release(&data);
-        PyErr_Format(PyExc_ValueError, "output size %dx%d out of range", out_h, out_w);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    const char *fmt = skip_order(out.format);
-    const Py_ssize_t itemsize = normalise ? 4 : 1;
-    if (strcmp(fmt, normalise ? "f" : "B") != 0 || out.itemsize != itemsize ||
-        out.len != (Py_ssize_t)3 * out_h * out_w * itemsize) {
-        PyErr_Format(PyExc_ValueError,
-                     "out must be a C-contiguous %s buffer of 3*%d*%d items (got format '%s', %zd bytes)",
-                     normalise ? "float32" : "uint8", out_h, out_w, fmt, out.len);
-        PyBuffer_Release(&out);
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    Target t = {out.buf, out_h, out_w, flip, chw, normalise ? offset : NULL, normalise ? factor : NULL};
     char msg[sizeof(((State *)0)->msg)];
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -915,6 +1047,63 @@ static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&out);
     PyBuffer_Release(&data);
+    if (raise_for(rc, msg) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(resize_doc,
+"resize(pixels, x0, y0, x1, y1, out, out_h, out_w, flip=False, channels_first=True,\n"
+"       offset=None, factor=None)\n"
+"--\n\n"
+"crop_resize for pixels already decoded: a C-contiguous uint8 array (H, W), (H, W, 1),\n"
+"(H, W, 3) or (H, W, 4) (gray repeated to RGB, alpha dropped). Same resize, output and\n"
+"arguments; reads only the rows and columns the filter needs. Releases the GIL.\n\n"
+"Raises ValueError for another dtype, shape or layout, or bad arguments.");
+
+static PyObject *py_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"pixels", "x0", "y0", "x1", "y1", "out", "out_h", "out_w", "flip",
+                             "channels_first", "offset", "factor", NULL};
+    Py_buffer pixels, out;
+    double box[4];
+    PyObject *pixels_obj, *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
+    int out_h, out_w, flip = 0, chw = 1;
+    float offset[3], factor[3];
+    Target t;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OddddOii|ppOO:resize", kwlist, &pixels_obj, &box[0],
+                                     &box[1], &box[2], &box[3], &out_obj, &out_h, &out_w, &flip, &chw,
+                                     &offset_obj, &factor_obj))
+        return NULL;
+    if (PyObject_GetBuffer(pixels_obj, &pixels, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    const int channels = pixels.ndim == 2 ? 1 : pixels.ndim == 3 ? (int)pixels.shape[2] : 0;
+    if (strcmp(skip_order(pixels.format), "B") != 0 || pixels.itemsize != 1 ||
+        !(channels == 1 || channels == 3 || channels == 4) || pixels.shape[0] < 1 || pixels.shape[1] < 1 ||
+        pixels.shape[0] > INT32_MAX / 8 || pixels.shape[1] > INT32_MAX / 8) {
+        PyErr_Format(PyExc_ValueError, "pixels must be uint8 (H, W[, 1|3|4]), got format '%s' with %d dimensions",
+                     skip_order(pixels.format), pixels.ndim);
+        PyBuffer_Release(&pixels);
+        return NULL;
+    }
+    if (get_target(out_obj, out_h, out_w, flip, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
+        PyBuffer_Release(&pixels);
+        return NULL;
+    }
+    const int H = (int)pixels.shape[0], W = (int)pixels.shape[1];
+    char msg[sizeof(((State *)0)->msg)];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    State *s = state_get();
+    if (!s) {
+        rc = RC_NOMEM;
+    } else {
+        rc = run_array(s, (const uint8_t *)pixels.buf, H, W, channels, box, &t);
+        memcpy(msg, s->msg, sizeof msg);
+        state_trim(s);
+        state_put(s);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&pixels);
     if (raise_for(rc, msg) < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -1000,6 +1189,7 @@ static PyMethodDef methods[] = {
     {"crop_resize", (PyCFunction)(void (*)(void))py_crop_resize, METH_VARARGS | METH_KEYWORDS,
      crop_resize_doc},
     {"header", py_header, METH_O, header_doc},
+    {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
     {NULL, NULL, 0, NULL},
 };
 

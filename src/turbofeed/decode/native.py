@@ -75,15 +75,39 @@ def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: boo
         NotImplementedError: CMYK/YCCK, or no EOI marker at the end: use the general decoder.
         ValueError: corrupt or not a JPEG, or ``out`` of the wrong shape or dtype.
     """
+    _call(_crop.crop_resize, data, box, out, flip, channels_first, offset, factor, dct_scale)
+
+
+def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
+           channels_first: bool = True, offset: Sequence[float] | None = None,
+           factor: Sequence[float] | None = None) -> None:
+    """:func:`crop_resize` for pixels already decoded (HDF5, Zarr, .npy sources): the same
+    Pillow-exact resize of ``box`` into ``out``, reading only the rows and columns the
+    filter needs, with the GIL released.
+
+    Args:
+        pixels: C-contiguous uint8 ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
+            ``(H, W, 4)`` (gray repeated to RGB, alpha dropped, as
+            :func:`turbofeed.decode.cpu.as_rgb` does).
+        box, out, flip, channels_first, offset, factor: as for :func:`crop_resize`.
+
+    Raises:
+        ValueError: another dtype, shape or memory layout, or bad arguments.
+    """
+    _call(_crop.resize, pixels, box, out, flip, channels_first, offset, factor)
+
+
+def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, channels_first: bool,
+          offset: Sequence[float] | None, factor: Sequence[float] | None, *extra: object) -> None:
     if out.ndim != 3 or out.shape[0 if channels_first else 2] != 3:
         raise ValueError(f"out must be (3, h, w) or (h, w, 3), got shape {out.shape}")
     h, w = out.shape[1:] if channels_first else out.shape[:2]
     x0, y0, x1, y1 = box
     if offset is None and factor is None:
-        _crop.crop_resize(data, x0, y0, x1, y1, out, h, w, flip, channels_first, dct_scale)
+        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra)
     else:
-        _crop.crop_resize(data, x0, y0, x1, y1, out, h, w, flip, channels_first, dct_scale,
-                          tuple(map(float, offset)), tuple(map(float, factor)))
+        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra,
+               offset=tuple(map(float, offset)), factor=tuple(map(float, factor)))
 
 
 def scratch(height: int, width: int) -> np.ndarray:

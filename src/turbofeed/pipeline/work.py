@@ -68,29 +68,36 @@ class SampleWork:
 
     def _native(self, gid: int, data: bytes, out: np.ndarray | None, *,
                 channels_first: bool) -> Decoded | None:
-        """Decode only the crop window of a JPEG and resize it in one native call, into
-        ``out`` (a slot: flipped and converted; ``pixels`` is then ``out``) or, without
-        ``out``, into a new HWC array (flip left to the caller). None when the general path
-        must do it (not a JPEG, CMYK, corrupt, truncated, another size than ``out``): that
+        """Decode only the crop window of a JPEG (or take pre-decoded uint8 pixels) and
+        resize it in one native call, into ``out`` (a slot: flipped and converted;
+        ``pixels`` is then ``out``) or, without ``out``, into a new HWC array (flip left to
+        the caller). None when the general path must do it (not a JPEG, CMYK, corrupt,
+        truncated, an array of another dtype or layout, another size than ``out``): that
         path then decides, and names any error."""
-        if not is_jpeg(data):
+        if isinstance(data, np.ndarray):  # pre-decoded pixels: the same resize, no decode
+            if data.dtype != np.uint8 or data.ndim not in (2, 3) or not data.flags.c_contiguous:
+                return None
+            kernel, size = native.resize, data.shape[:2]
+        elif is_jpeg(data):
+            kernel, size = native.crop_resize, None
+        else:
             return None
         started = time.perf_counter()
         try:
-            window = self.transform.window(*native.header(data)[:2], self._rng(gid))
+            window = self.transform.window(*(size or native.header(data)[:2]), self._rng(gid))
             spec = self.transform.output
             if out is None:
                 out = np.empty((window.height, window.width, 3), np.uint8)
-                native.crop_resize(data, window.box, out, channels_first=False)
+                kernel(data, window.box, out, channels_first=False)
             elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
                 return None
             elif spec is None or out.dtype == np.float32:
-                native.crop_resize(data, window.box, out, flip=window.flip, channels_first=channels_first,
-                                   offset=None if spec is None else spec.offset,
-                                   factor=None if spec is None else spec.factor)
+                kernel(data, window.box, out, flip=window.flip, channels_first=channels_first,
+                       offset=None if spec is None else spec.offset,
+                       factor=None if spec is None else spec.factor)
             else:  # float16/float64: through a uint8 scratch, converted by numpy
                 pixels = native.scratch(window.height, window.width)
-                native.crop_resize(data, window.box, pixels, flip=window.flip, channels_first=False)
+                kernel(data, window.box, pixels, flip=window.flip, channels_first=False)
                 write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
         except (NotImplementedError, ValueError):
             return None
