@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads only add noise here
 
@@ -88,10 +89,9 @@ def main() -> None:
     if not datas:
         sys.exit(f"no JPEGs under {args.data}")
     recipe = imagenet_train(224)
-    seed = np.random.SeedSequence(0)
 
     def window_of(i: int, height: int, width: int):
-        return recipe.window(height, width, np.random.default_rng([seed.entropy, i]))
+        return recipe.window(height, width, random.Random(i))
 
     def ceiling(data: bytes, i: int, slot: np.ndarray) -> None:
         simplejpeg.decode_jpeg(data, colorspace="RGB")

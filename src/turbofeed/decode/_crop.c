@@ -29,6 +29,9 @@
  * truncated in the part that is never decoded here) raise NotImplementedError, so the
  * caller can use its general decoder, which then decides.
  *
+ * Pixels already decoded (uint8 arrays of 1, 3 or 4 channels) go through the same
+ * resampler (resize()): the rows come from a Source, a JPEG being decoded or an array.
+ *
  * Scratch memory (the libjpeg object and the buffers) is kept per thread and freed
  * when the thread exits.
  */
