@@ -71,7 +71,12 @@ class GpuDecoder:
 
             self._nvimgcodec = nvimgcodec
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            self._decoder = nvimgcodec.Decoder(device_id=index)
+            # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
+            # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
+            try:
+                self._decoder = nvimgcodec.Decoder(device_id=index, options=":fancy_upsampling=1")
+            except TypeError:  # releases without decoder options
+                self._decoder = nvimgcodec.Decoder(device_id=index)
             self._params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.RGB,
                                                    apply_exif_orientation=False)
 
@@ -85,8 +90,11 @@ class GpuDecoder:
 
     def _decode_nvimgcodec(self, datas: Sequence[bytes]) -> list[Any | None]:
         torch = self.torch
+        # Ordered on the caller's current stream (the loader's side stream), so the decode
+        # overlaps the training step instead of synchronising with the default stream.
+        stream = torch.cuda.current_stream(self.device).cuda_stream
         try:
-            images = self._decoder.decode(list(datas), params=self._params)
+            images = self._decoder.decode(list(datas), params=self._params, cuda_stream=stream)
         except Exception:
             images = [None] * len(datas)
         out = []
