@@ -14,6 +14,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import torch
 
 from turbofeed.errors import DatasetError
 from turbofeed.io import Dataset, TarSource, load_index
@@ -231,10 +232,10 @@ def _open_fds() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
-def test_fd_cache_reads_exact_bytes_keeps_at_most_max_open_and_closes_evicted(tmp_path):
-    """Positional reads through a cache of 2 over 5 files: every read is byte-exact, at
-    most 2 descriptors stay open, a read in flight keeps its file past an eviction."""
-    from turbofeed.io.tar import _FdCache
+def test_shard_files_read_exact_bytes_keep_at_most_max_open_and_close_evicted(tmp_path):
+    """Positional reads and views through a cache of 2 over 5 files: every read is
+    byte-exact, at most 2 files and 2 maps stay open, a file in use outlives its eviction."""
+    from turbofeed.io.files import ShardFiles
 
     files = []
     for i in range(5):
@@ -242,13 +243,55 @@ def test_fd_cache_reads_exact_bytes_keeps_at_most_max_open_and_closes_evicted(tm
         path.write_bytes(bytes((i * 7 + j) % 256 for j in range(4096)))
         files.append(str(path))
     before = _open_fds()
-    cache = _FdCache(max_open=2)
+    cache = ShardFiles(max_open=2)
+    first_view = cache.view(files[0], 8, 0)  # kept while its map is evicted below
     for round_ in range(3):
         for i, path in enumerate(files):
-            assert cache.pread(path, 100, 1000 + round_) == bytes((i * 7 + j) % 256 for j in range(1000 + round_, 1100 + round_))
-            assert _open_fds() - before <= 2
+            want = bytes((i * 7 + j) % 256 for j in range(1000 + round_, 1100 + round_))
+            assert cache.pread(path, 100, 1000 + round_) == want
+            assert bytes(cache.view(path, 100, 1000 + round_)) == want
+            # 2 files, 2 maps (Python's mmap keeps a dup), and the map first_view holds
+            assert _open_fds() - before <= 5
     held = cache._files[files[-1]]  # what a reader inside pread holds
     cache.close()
     assert os.pread(held.fd, 4, 0) == bytes(range(28, 32))  # still open for that reader
-    del held
+    assert bytes(first_view) == bytes(range(8))  # a view of an evicted map stays valid
+    del held, first_view
     assert _open_fds() == before
+    with pytest.raises(OSError, match="past the end of the 4096-byte file"):
+        cache.view(files[0], 100, 4000)
+
+
+def test_loader_batches_are_the_same_with_and_without_mapped_shards(shards, monkeypatch):
+    import turbofeed
+    from turbofeed import transforms as T
+
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=1, transform=T.imagenet_train(48), return_keys=True)
+    mapped = [(x.clone(), y.clone(), k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
+    monkeypatch.setenv("TURBOFEED_MMAP", "0")
+    copied = [(x.clone(), y.clone(), k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
+    assert len(mapped) == len(copied) > 1
+    for (a, la, ka), (b, lb, kb) in zip(mapped, copied):
+        assert ka == kb and torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_a_shard_cut_short_after_indexing_is_a_fetch_error_not_a_crash(tmp_path, shard_paths):
+    """The index says a member lies past the file's new end: the sample fails at fetch
+    (replaced under the default policy) instead of reading a mapping past its end."""
+    import turbofeed
+    from turbofeed import transforms as T
+
+    path = str(tmp_path / "cut.tar")
+    shutil.copy(shard_paths[0], path)
+    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=1, transform=T.imagenet_eval(32),
+                                  cache_dir=str(tmp_path / "idx"), on_error="skip")
+    size = os.path.getsize(path)
+    stat = os.stat(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    from turbofeed.io.files import FILES
+    FILES.close(path)
+    seen = sum(len(y) for _, y in loader)
+    assert 0 < seen < loader.num_samples
+    assert loader.stats.errors.get("fetch", 0) == loader.num_samples - seen

@@ -112,6 +112,12 @@ class Dataset:
         source, i = self.locate(gid)
         return source.read(i)
 
+    def view(self, gid: int) -> bytes | memoryview | np.ndarray:
+        """Like :meth:`read`, without a copy where the source can (mapped tar shards)."""
+        source, i = self.locate(gid)
+        view = getattr(source, "view", None)
+        return source.read(i) if view is None else view(i)
+
     def describe(self, gid: int) -> tuple[str, str]:
         """(source path, sample key) of ``gid``, for messages."""
         source, i = self.locate(gid)

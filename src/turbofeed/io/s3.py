@@ -38,7 +38,8 @@ from .paths import expand_braces
 from .retry import RemoteError
 from .s3client import ObjectInfo, S3Client, S3Config, default_config, parse_size, parse_url
 from .s3errors import changed, not_found
-from .tar import _FDS, INDEX_VERSION, TarDamage, _build_index, default_cache_dir, table_from_index
+from .files import FILES
+from .tar import INDEX_VERSION, TarDamage, _build_index, default_cache_dir, table_from_index
 
 log = logging.getLogger("turbofeed")
 
@@ -384,7 +385,7 @@ class S3TarSource:
         local = self._local or self._shards.cache.lookup(self._name)
         if local is not None:
             try:
-                data = _FDS.pread(local, size, offset)
+                data = FILES.pread(local, size, offset)
                 if len(data) == size:
                     self._local = local
                     self._shards.cache.touch(self._name)
@@ -407,7 +408,7 @@ class S3TarSource:
 
     def close(self) -> None:
         if self._local is not None:
-            _FDS.close(self._local)
+            FILES.close(self._local)
 
     def __repr__(self) -> str:
         return f"S3TarSource({self.path!r}, samples={len(self.table)})"

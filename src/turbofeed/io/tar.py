@@ -14,12 +14,12 @@ import logging
 import os
 import tarfile
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import DatasetError
+from .files import FILES, views_enabled
 from .table import (Label, SampleTable, group_members, parse_label, pick_image, pick_label_member,
                     split_key)
 
@@ -43,57 +43,6 @@ class TarDamage:
     reason: str
 
 
-class _OpenFile:
-    """One file descriptor, closed when the last reference goes: an eviction from
-    :class:`_FdCache` while another thread is inside ``pread`` leaves that thread's
-    descriptor open until its read returns."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
-
-    def __del__(self) -> None:
-        fd = getattr(self, "fd", None)  # unset when os.open failed
-        if fd is not None:
-            os.close(fd)
-
-
-class _FdCache:
-    """Open files for positional reads, at most ``max_open`` at a time.
-
-    Datasets can have thousands of shards; keeping every one open would hit the
-    process's file limit, reopening on every read costs a syscall pair on network
-    file systems. A read is one ``pread``: no dup or close per sample, since every
-    syscall also hands the GIL to another thread and waits to get it back.
-    """
-
-    def __init__(self, max_open: int = 128) -> None:
-        self._max_open = max_open
-        self._files: OrderedDict[str, _OpenFile] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def pread(self, path: str, size: int, offset: int) -> bytes:
-        with self._lock:
-            file = self._files.get(path)
-            if file is None:
-                file = self._files[path] = _OpenFile(path)
-                while len(self._files) > self._max_open:
-                    self._files.popitem(last=False)
-            else:
-                self._files.move_to_end(path)
-        return os.pread(file.fd, size, offset)
-
-    def close(self, path: str | None = None) -> None:
-        """Forget ``path`` (all files without one); a read in progress keeps its file open."""
-        with self._lock:
-            if path is None:
-                self._files.clear()
-            else:
-                self._files.pop(path, None)
-
-
-_FDS = _FdCache()
 
 
 def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
@@ -159,7 +108,7 @@ def _build_index(path: str) -> dict:
             if size > _MAX_LABEL_BYTES:
                 problems.append((key, f"label member .{ext} is {size} bytes"))
                 continue
-            label_raw = [ext, _FDS.pread(path, size, offset).decode("utf-8", "replace")]
+            label_raw = [ext, FILES.pread(path, size, offset).decode("utf-8", "replace")]
         name, offset, size = members[image]
         rows.append([key, name, offset, size, label_raw])
     stat = os.stat(path)
@@ -257,14 +206,21 @@ class TarSource:
     def read(self, i: int) -> bytes:
         """Encoded bytes of sample ``i`` with one positional read (releases the GIL)."""
         size = int(self.table.sizes[i])
-        data = _FDS.pread(self.path, size, int(self.table.offsets[i]))
+        data = FILES.pread(self.path, size, int(self.table.offsets[i]))
         if len(data) != size:
             raise OSError(f"short read: {len(data)} of {size} bytes at offset "
                           f"{int(self.table.offsets[i])} (file changed since indexing?)")
         return data
 
+    def view(self, i: int) -> bytes | memoryview:
+        """Sample ``i`` without a copy: a view of the mapped shard (``read`` when
+        ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
+        if not views_enabled():
+            return self.read(i)
+        return FILES.view(self.path, int(self.table.sizes[i]), int(self.table.offsets[i]))
+
     def close(self) -> None:
-        _FDS.close(self.path)
+        FILES.close(self.path)
 
     def __repr__(self) -> str:
         return f"TarSource({self.path!r}, samples={len(self.table)})"

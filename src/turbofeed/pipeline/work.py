@@ -48,13 +48,15 @@ class SampleWork:
         shard, key = self.dataset.describe(gid)
         return SampleError(shard, key, stage, str(exc) or type(exc).__name__)
 
-    def fetch(self, gid: int) -> bytes:
+    def fetch(self, gid: int, *, view: bool = False) -> bytes:
+        """The sample's encoded bytes (or pixels); with ``view``, without a copy where the
+        source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()
         try:
-            data = self.dataset.read(gid)
+            data = self.dataset.view(gid) if view else self.dataset.read(gid)
         except Exception as exc:
             raise self._error(gid, "fetch", exc) from exc
-        self.stats.add_fetch(time.perf_counter() - started, len(data))
+        self.stats.add_fetch(time.perf_counter() - started, data.nbytes if isinstance(data, np.ndarray) else len(data))
         return data
 
     def load(self, gid: int) -> Decoded:
@@ -138,12 +140,12 @@ class SampleWork:
     def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
         """Load sample ``gid`` straight into ``slot.images[j]``."""
         if self.native:
-            data = self.fetch(gid)
+            data = self.fetch(gid, view=True)
             sample = self._native(gid, data, slot.images[j], channels_first=channels_first)
             if sample is not None:
                 slot.labels[j] = sample.label
                 return
-            sample = self._decode(gid, data)
+            sample = self._decode(gid, bytes(data) if isinstance(data, memoryview) else data)
         else:
             sample = self.load(gid)
         started = time.perf_counter()
