@@ -89,3 +89,24 @@ def test_skipped_samples_leave_both_parts_consistent(tmp_path, odd_images, tar_w
     assert keys == [f"mixed.tar/k{i}" for i in (0, 2, 3, 4, 6, 7)]
     assert images.shape == (6, 3, 32, 32) and images.dtype == torch.uint8
     assert loader.stats.skipped == 2
+
+
+def test_bfloat16_output_on_every_path(shards, stand_in):
+    """Normalize(dtype="bfloat16"): the CPU path (float32 host slots, cast on delivery),
+    the GPU path and the hybrid path all deliver bfloat16 equal to the float32 batches
+    rounded to bfloat16 (GPU paths within one 8-bit level before rounding)."""
+    def recipe(dtype):
+        return T.Compose([T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.Normalize(dtype=dtype)])
+
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=9)
+    reference = [x for x, _ in turbofeed.DataLoader(shards, transform=recipe("float32"), **kw)]
+    level = 1.01 / (255 * min(T.IMAGENET_STD))
+    for extra in ({}, {"gpu_decode": stand_in}, {"gpu_decode": stand_in, "hybrid": True}):
+        got = [x for x, _ in turbofeed.DataLoader(shards, transform=recipe("bfloat16"), **kw, **extra)]
+        assert len(got) == len(reference)
+        for g, r in zip(got, reference):
+            assert g.dtype == torch.bfloat16 and g.shape == r.shape
+            if not extra:
+                assert torch.equal(g, r.to(torch.bfloat16))
+            else:  # bfloat16 keeps 8 bits of mantissa: |x| < 2.7 rounds by at most 2^-7 * 2.7
+                assert (g.float() - r).abs().max() <= level + 2.7 / 128

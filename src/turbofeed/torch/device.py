@@ -28,7 +28,7 @@ def apply_output(images: Any, output: OutputSpec | None, channels_first: bool = 
         return images
     import torch
 
-    dtype = getattr(torch, output.dtype.name)
+    dtype = getattr(torch, output.torch_dtype)
     shape = (1, 3, 1, 1)  # NCHW shape also for channels_last tensors (a permuted view)
     offset = torch.as_tensor(output.offset, device=images.device, dtype=torch.float32).view(shape)
     factor = torch.as_tensor(output.factor, device=images.device, dtype=torch.float32).view(shape)

@@ -151,7 +151,7 @@ class GpuPath:
             out = resize_batch([e.pixels for e in kept], [e.window for e in kept], self.transform.size,
                                self.transform.output, self.channels_last)
         else:  # every sample of this part was skipped
-            dtype = torch.uint8 if self.transform.output is None else getattr(torch, self.transform.output.dtype.name)
+            dtype = torch.uint8 if self.transform.output is None else getattr(torch, self.transform.output.torch_dtype)
             out = torch.empty((0, 3, *self.transform.size), dtype=dtype, device=self.device)
         labels = torch.tensor([e.label for e in kept], dtype=torch.int64).to(self.device)
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)

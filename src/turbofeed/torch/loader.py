@@ -294,6 +294,9 @@ class _LoaderIterator:
                                start=loader._start)
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=self.epoch)
         self.fixed = fixed
+        # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
+        spec = worker_transform.output if fixed and worker_transform is not None else None
+        self.host_cast = None if spec is None or spec.torch_dtype == spec.dtype.name else getattr(torch, spec.torch_dtype)
         self.gpu = None
         if loader._gpu_decoder is not None:
             host_slots = None
@@ -382,6 +385,8 @@ class _LoaderIterator:
         labels = torch.from_numpy(slot.labels[:n].copy())
         if self.loader.channels_last:
             images = images.permute(0, 3, 1, 2)  # NCHW shape over NHWC memory
+        if self.host_cast is not None:
+            images = images.to(self.host_cast)  # a copy: the slot is free again at once
         if self.cuda is not None:
             images, labels, done = self.cuda.copy(images, labels, self.device_output)
             self._held = (slot, done)

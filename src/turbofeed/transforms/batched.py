@@ -87,7 +87,7 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
         shape = (1, 3, 1, 1)
         offset = torch.as_tensor(output.offset, device=result.device).view(shape)
         factor = torch.as_tensor(output.factor, device=result.device).view(shape)
-        result = ((result - offset) * factor).to(getattr(torch, output.dtype.name))
+        result = ((result - offset) * factor).to(getattr(torch, output.torch_dtype))
     if channels_last:
         result = result.contiguous(memory_format=torch.channels_last)
     return result

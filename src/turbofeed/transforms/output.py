@@ -9,36 +9,43 @@ import numpy as np
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
+# Output dtype -> the NumPy dtype host buffers compute it in. NumPy has no bfloat16:
+# host batches are float32 and become bfloat16 as torch tensors (on the GPU paths the
+# batched op writes bfloat16 directly).
+_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "bfloat16": np.float32}
 
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """``out = (pixel - offset) * factor`` per channel, in ``dtype``."""
+    """``out = (pixel - offset) * factor`` per channel: computed in ``dtype`` (NumPy, for
+    host buffers), delivered as ``torch_dtype`` (the name of a ``torch`` dtype)."""
 
     dtype: np.dtype
     offset: np.ndarray  # shape (3,)
     factor: np.ndarray  # shape (3,)
+    torch_dtype: str = "float32"
 
 
-def _dtype(name: str) -> np.dtype:
+def _dtype(name: str) -> tuple[np.dtype, str]:
     name = str(name).replace("torch.", "")
     if name not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
-    return np.dtype(_DTYPES[name])
+    return np.dtype(_DTYPES[name]), name
 
 
 class Normalize:
     """Normalise with ``mean``/``std`` given on the [0, 1] scale, as torchvision's
-    ``Normalize`` after ``ToTensor``: ``out = (pixel / 255 - mean) / std``."""
+    ``Normalize`` after ``ToTensor``: ``out = (pixel / 255 - mean) / std``, in ``dtype``
+    (``"float32"``, ``"float16"``, ``"bfloat16"`` or ``"float64"``)."""
 
     def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  dtype: str = "float32") -> None:
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise ValueError(f"mean and std need 3 values, std > 0; got {mean}, {std}")
         self.mean, self.std, self.dtype = tuple(mean), tuple(std), dtype
-        self.spec = OutputSpec(_dtype(dtype), np.asarray(mean, np.float32) * 255,
-                               1.0 / (np.asarray(std, np.float32) * 255))
+        host, name = _dtype(dtype)
+        self.spec = OutputSpec(host, np.asarray(mean, np.float32) * 255, 1.0 / (np.asarray(std, np.float32) * 255),
+                               name)
 
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean}, std={self.std}, dtype={self.dtype!r})"
@@ -50,7 +57,8 @@ class ToDtype:
     def __init__(self, dtype: str = "float32", scale: bool = True) -> None:
         self.dtype, self.scale = dtype, scale
         factor = np.float32(1 / 255 if scale else 1.0)
-        self.spec = OutputSpec(_dtype(dtype), np.zeros(3, np.float32), np.full(3, factor, np.float32))
+        host, name = _dtype(dtype)
+        self.spec = OutputSpec(host, np.zeros(3, np.float32), np.full(3, factor, np.float32), name)
 
     def __repr__(self) -> str:
         return f"ToDtype({self.dtype!r}, scale={self.scale})"
