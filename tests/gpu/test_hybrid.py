@@ -110,3 +110,13 @@ def test_bfloat16_output_on_every_path(shards, stand_in):
                 assert torch.equal(g, r.to(torch.bfloat16))
             else:  # bfloat16 keeps 8 bits of mantissa: |x| < 2.7 rounds by at most 2^-7 * 2.7
                 assert (g.float() - r).abs().max() <= level + 2.7 / 128
+
+
+def test_hybrid_channels_last_batches(shards, stand_in):
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=2, transform=T.imagenet_train(32), channels_last=True)
+    hybrid = [x for x, _ in turbofeed.DataLoader(shards, gpu_decode=stand_in, hybrid=True, **kw)]
+    cpu = [x for x, _ in turbofeed.DataLoader(shards, **kw)]
+    for h, c in zip(hybrid, cpu):
+        assert h.shape == c.shape == (len(c), 3, 32, 32)
+        assert h.is_contiguous(memory_format=torch.channels_last)
+        assert (h.int() - c.int()).abs().max() <= 1

@@ -119,8 +119,12 @@ class GpuPath:
             self._finish_timing(timing, time.perf_counter() - started, int(job.ok[:k].sum()))
         if k < len(job):
             parts.append(self._host_part(job, slot, k))
-        images = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        labels = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        if len(parts) == 1:
+            images, labels = parts[0]
+        else:
+            images, labels = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
         if self.stream is None:  # the CPU part was copied out of the host slot already
             self.host_slots.release(slot.host)
         return images, labels
