@@ -849,22 +849,31 @@ static int ends_with_eoi(const unsigned char *data, size_t len) {
         return (code);                                \
     } while (0)
 
+/* Check the SOI marker and read the header of the JPEG in data, with libjpeg's errors
+ * landing here: a macro, because the setjmp must be in the frame of the function that
+ * goes on using ci (longjmp into a frame that has returned is undefined). That function
+ * returns RC_VALUE (not a JPEG) or RC_JPEG (libjpeg's error, message in s->msg). */
+#define READ_HEADER(s, ci, data, len)                                                                  \
+    do {                                                                                               \
+        (s)->msg[0] = 0;                                                                               \
+        if ((len) < 4 || (data)[0] != 0xFF || (data)[1] != 0xD8) {                                     \
+            snprintf((s)->msg, sizeof (s)->msg, (len) ? "not a JPEG (no SOI marker)" : "empty file (0 bytes)"); \
+            return RC_VALUE;                                                                           \
+        }                                                                                              \
+        if (setjmp((s)->err.jump)) {                                                                   \
+            jpeg_abort_decompress(ci);                                                                 \
+            return RC_JPEG;                                                                            \
+        }                                                                                              \
+        jpeg_mem_src((ci), (data), (unsigned long)(len));                                              \
+        jpeg_read_header((ci), TRUE);                                                                  \
+    } while (0)
+
 /* Decode the part of a JPEG the box needs and resize it into the target. libjpeg's
- * errors longjmp back here (resample runs inside this frame). */
+ * errors longjmp back here (READ_HEADER; resample runs inside this frame). */
 static int run(State *s, const unsigned char *data, size_t len, const double box[4],
                const Target *t, int dct_scale) {
     struct jpeg_decompress_struct *ci = &s->cinfo;
-    s->msg[0] = 0;
-    if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) {
-        snprintf(s->msg, sizeof s->msg, len ? "not a JPEG (no SOI marker)" : "empty file (0 bytes)");
-        return RC_VALUE;
-    }
-    if (setjmp(s->err.jump)) {
-        jpeg_abort_decompress(ci);
-        return RC_JPEG;
-    }
-    jpeg_mem_src(ci, data, (unsigned long)len);
-    jpeg_read_header(ci, TRUE);
+    READ_HEADER(s, ci, data, len);
     if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
         FAIL(RC_FALLBACK, "%s JPEG: not handled by the crop decoder",
              ci->jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
@@ -990,6 +999,54 @@ PyDoc_STRVAR(crop_resize_doc,
 "Raises ValueError (corrupt or not a JPEG, bad arguments) or NotImplementedError\n"
 "(CMYK/YCCK, or no EOI marker at the end: use a general decoder).");
 
+/* One call's arguments, for call_released. */
+typedef struct {
+    const unsigned char *data;
+    size_t len;
+    const double *box;
+    const Target *t;
+    int dct;
+} JpegJob;
+
+typedef struct {
+    const uint8_t *pixels;
+    int H, W, channels;
+    const double *box;
+    const Target *t;
+} ArrayJob;
+
+static int run_jpeg_job(State *s, const void *arg) {
+    const JpegJob *j = arg;
+    return run(s, j->data, j->len, j->box, j->t, j->dct);
+}
+
+static int run_array_job(State *s, const void *arg) {
+    const ArrayJob *j = arg;
+    return run_array(s, j->pixels, j->H, j->W, j->channels, j->box, j->t);
+}
+
+/* fn(s, job) on this thread's State with the GIL released, then both buffers released;
+ * None, or the exception rc stands for (the message copied out of the State first). */
+static PyObject *call_released(int (*fn)(State *, const void *), const void *job, Py_buffer *out, Py_buffer *src) {
+    char msg[sizeof(((State *)0)->msg)];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    State *s = state_get();
+    if (!s) {
+        rc = RC_NOMEM;
+    } else {
+        rc = fn(s, job);
+        memcpy(msg, s->msg, sizeof msg);
+        state_trim(s);
+        state_put(s);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(out);
+    PyBuffer_Release(src);
+    if (raise_for(rc, msg) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* Check out (and offset/factor) and fill the target; on failure an exception is set and
  * nothing is held. On success the caller releases out. */
 static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw, PyObject *offset_obj,
@@ -1035,23 +1092,8 @@ static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs
         PyBuffer_Release(&data);
         return NULL;
     }
-    char msg[sizeof(((State *)0)->msg)];
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    State *s = state_get();
-    if (!s) {
-        rc = RC_NOMEM;
-    } else {
-        rc = run(s, (const unsigned char *)data.buf, (size_t)data.len, box, &t, dct);
-        memcpy(msg, s->msg, sizeof msg);
-        state_trim(s);
-        state_put(s);
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&data);
-    if (raise_for(rc, msg) < 0) return NULL;
-    Py_RETURN_NONE;
+    const JpegJob job = {(const unsigned char *)data.buf, (size_t)data.len, box, &t, dct};
+    return call_released(run_jpeg_job, &job, &out, &data);
 }
 
 PyDoc_STRVAR(resize_doc,
@@ -1091,24 +1133,8 @@ static PyObject *py_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyBuffer_Release(&pixels);
         return NULL;
     }
-    const int H = (int)pixels.shape[0], W = (int)pixels.shape[1];
-    char msg[sizeof(((State *)0)->msg)];
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    State *s = state_get();
-    if (!s) {
-        rc = RC_NOMEM;
-    } else {
-        rc = run_array(s, (const uint8_t *)pixels.buf, H, W, channels, box, &t);
-        memcpy(msg, s->msg, sizeof msg);
-        state_trim(s);
-        state_put(s);
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&pixels);
-    if (raise_for(rc, msg) < 0) return NULL;
-    Py_RETURN_NONE;
+    const ArrayJob job = {(const uint8_t *)pixels.buf, (int)pixels.shape[0], (int)pixels.shape[1], channels, box, &t};
+    return call_released(run_array_job, &job, &out, &pixels);
 }
 
 static const char *colorspace_name(J_COLOR_SPACE cs) {
@@ -1125,17 +1151,7 @@ static const char *colorspace_name(J_COLOR_SPACE cs) {
 static int read_header(State *s, const unsigned char *data, size_t len, int *h, int *w,
                        J_COLOR_SPACE *cs) {
     struct jpeg_decompress_struct *ci = &s->cinfo;
-    s->msg[0] = 0;
-    if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) {
-        snprintf(s->msg, sizeof s->msg, len ? "not a JPEG (no SOI marker)" : "empty file (0 bytes)");
-        return RC_VALUE;
-    }
-    if (setjmp(s->err.jump)) {
-        jpeg_abort_decompress(ci);
-        return RC_JPEG;
-    }
-    jpeg_mem_src(ci, data, (unsigned long)len);
-    jpeg_read_header(ci, TRUE);
+    READ_HEADER(s, ci, data, len);
     *h = (int)ci->image_height;
     *w = (int)ci->image_width;
     *cs = ci->jpeg_color_space;
