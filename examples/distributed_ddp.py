@@ -155,6 +155,9 @@ def train(args: argparse.Namespace) -> None:
     if keys_log:
         keys_log.close()
     loader.close()
+    # DDP's reducer holds the process group and runs gloo threads: free it while the
+    # interpreter is fully alive, not in its teardown (where that aborts the process).
+    del ddp, opt
     dist.barrier()  # no rank tears the group down while another still talks to it
     dist.destroy_process_group()
 
