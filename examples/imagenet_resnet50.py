@@ -130,6 +130,7 @@ def main() -> None:
         if epoch == 0 and not distributed:
             print("loader profile (worker seconds per stage):\n" + train.profile(), flush=True)
     if distributed:
+        del model  # DDP's reducer holds the process group: free it before the group, not at exit
         dist.destroy_process_group()
 
 
