@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import json
 import logging
 import os
 import threading
@@ -34,12 +33,12 @@ from collections import deque
 
 from ..errors import DatasetError
 from .cache import ShardCache, object_name
+from .files import FILES
 from .paths import expand_braces
 from .retry import RemoteError
 from .s3client import ObjectInfo, S3Client, S3Config, default_config, parse_size, parse_url
 from .s3errors import changed, not_found
-from .files import FILES
-from .tar import INDEX_VERSION, TarDamage, _build_index, default_cache_dir, table_from_index
+from .tar import TarDamage, _build_index, cached_index, default_cache_dir, table_from_index
 
 log = logging.getLogger("turbofeed")
 
@@ -232,25 +231,8 @@ class S3Shards:
         return os.path.join(self.index_dir, object_name(info.url, info.etag, info.size, ".json"))
 
     def _index(self, info: ObjectInfo) -> dict:
-        cached = self._index_path(info)
-        try:
-            with open(cached) as f:
-                index = json.load(f)
-            if (index.get("version"), index.get("etag"), index.get("size")) == (
-                    INDEX_VERSION, info.etag, info.size):
-                return index
-        except (OSError, ValueError):
-            pass
-        index = self._build(info)
-        try:
-            os.makedirs(self.index_dir, exist_ok=True)
-            tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(index, f)
-            os.replace(tmp, cached)
-        except OSError as exc:
-            log.debug("turbofeed: cannot cache the index of %s: %s", info.url, exc)
-        return index
+        return cached_index(self._index_path(info), {"etag": info.etag, "size": info.size},
+                            lambda: self._build(info), info.url)
 
     def _build(self, info: ObjectInfo) -> dict:
         """Index from the node cache's copy, downloading it there first (or to a

@@ -14,6 +14,7 @@ import logging
 import os
 import tarfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,17 +128,22 @@ def _cache_path(cache_dir: str, path: str) -> str:
 def load_index(path: str, cache_dir: str | None = None) -> dict:
     """Return the shard's index, from the cache when it matches the file, else built and cached."""
     cache_dir = cache_dir or default_cache_dir()
-    cached = _cache_path(cache_dir, path)
     stat = os.stat(path)
+    return cached_index(_cache_path(cache_dir, path), {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+                        lambda: _build_index(path), path)
+
+
+def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -> dict:
+    """The index stored at ``cached`` when its version and the ``key`` fields match (the
+    shard it describes is unchanged), else ``build()``, stored there for next time."""
     try:
         with open(cached) as f:
             index = json.load(f)
-        if (index.get("version"), index.get("size"), index.get("mtime_ns")) == (
-                INDEX_VERSION, stat.st_size, stat.st_mtime_ns):
+        if index.get("version") == INDEX_VERSION and all(index.get(k) == v for k, v in key.items()):
             return index
     except (OSError, ValueError):
         pass
-    index = _build_index(path)
+    index = build()
     try:  # a read-only or full cache dir only costs a rebuild next time
         os.makedirs(os.path.dirname(cached), exist_ok=True)
         tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -145,7 +151,7 @@ def load_index(path: str, cache_dir: str | None = None) -> dict:
             json.dump(index, f)
         os.replace(tmp, cached)  # atomic publish: readers never see half an index
     except OSError as exc:
-        log.debug("turbofeed: cannot cache tar index of %s: %s", path, exc)
+        log.debug("turbofeed: cannot cache the index of %s: %s", what, exc)
     return index
 
 
