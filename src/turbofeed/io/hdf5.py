@@ -208,7 +208,7 @@ class HDF5Source:
         """How samples are read and, for chunk rows, how many loads the cache saved."""
         stats: dict[str, Any] = {"read_mode": self.read_mode}
         if self._blocks is not None:
-            stats.update(self._blocks.counts.as_dict(), blocks=self._blocks.blocks)
+            stats.update(self._blocks.stats())
         return stats
 
     def close(self) -> None:

@@ -148,7 +148,7 @@ class ParquetSource:
         return self._blocks.read(i)
 
     def io_stats(self) -> dict[str, Any]:
-        return {"read_mode": "row groups", "blocks": self._blocks.blocks, **self._blocks.counts.as_dict()}
+        return {"read_mode": "row groups", **self._blocks.stats()}
 
     def close(self) -> None:
         self._blocks.close()

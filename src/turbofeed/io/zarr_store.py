@@ -170,7 +170,7 @@ class ZarrSource:
     def io_stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = {"read_mode": self.read_mode, "zarr_format": self.zarr_format}
         if self._blocks is not None:
-            stats.update(self._blocks.counts.as_dict(), blocks=self._blocks.blocks)
+            stats.update(self._blocks.stats())
         return stats
 
     def close(self) -> None:
