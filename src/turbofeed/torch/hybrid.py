@@ -71,7 +71,9 @@ class HybridSplit:
         return min(batch_size - 1, max(1, count))
 
     def __repr__(self) -> str:
-        return f"HybridSplit(gpu_share={self.gpu_share():.2f}, cpu_threads={self.cpu_threads})"
+        # not gpu_share(): it folds pending CPU timings into the average, a repr must not
+        return (f"HybridSplit(cpu_seconds={self.cpu_seconds}, gpu_seconds={self.gpu_seconds}, "
+                f"cpu_threads={self.cpu_threads})")
 
 
 def _blend(old: float | None, new: float) -> float:
