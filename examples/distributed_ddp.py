@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -81,6 +82,27 @@ def save_checkpoint(path: str, **state) -> None:
     tmp = f"{path}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)  # a crash mid-write never leaves a torn checkpoint
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum `values` over all ranks; return once the backend has let go of the tensor it reduced.
+
+    Gloo's worker thread drops its reference to a collective's tensor a moment after the
+    collective completes, and dropping a tensor made in Python takes the GIL. If the process
+    is already shutting down by then, that aborts it ("terminate called without an active
+    exception"): DDP keeps the group's threads alive past destroy_process_group (pytorch
+    #107298, #179291), and on a busy machine that moment can come after the script's end.
+    Waiting here for the release (normally microseconds) keeps it inside the run.
+    """
+    sent = values.clone()
+    dist.all_reduce(sent)
+    total = sent.clone()
+    released = weakref.ref(sent)
+    del sent
+    deadline = time.monotonic() + 10.0
+    while released() is not None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return total
 
 
 def train(args: argparse.Namespace) -> None:
@@ -143,7 +165,7 @@ def train(args: argparse.Namespace) -> None:
                                 loader=loader.state_dict(), step=step, world_size=world)
             if args.crash_after_step == step and rank == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
-        dist.all_reduce(totals)  # metrics over all ranks
+        totals = all_reduce_sum(totals)  # metrics over all ranks
         elapsed = time.perf_counter() - started
         if rank == 0:
             loss_avg, acc = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
@@ -155,9 +177,7 @@ def train(args: argparse.Namespace) -> None:
     if keys_log:
         keys_log.close()
     loader.close()
-    # DDP's reducer holds the process group and runs gloo threads: free it while the
-    # interpreter is fully alive, not in its teardown (where that aborts the process).
-    del ddp, opt
+    del ddp, opt  # free the DDP reducer while the interpreter is fully alive
     dist.barrier()  # no rank tears the group down while another still talks to it
     dist.destroy_process_group()
 
