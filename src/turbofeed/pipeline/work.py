@@ -48,7 +48,7 @@ class SampleWork:
         shard, key = self.dataset.describe(gid)
         return SampleError(shard, key, stage, str(exc) or type(exc).__name__)
 
-    def fetch(self, gid: int, *, view: bool = False) -> bytes:
+    def fetch(self, gid: int, *, view: bool = False) -> bytes | memoryview | np.ndarray:
         """The sample's encoded bytes (or pixels); with ``view``, without a copy where the
         source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()

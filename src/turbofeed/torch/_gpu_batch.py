@@ -21,7 +21,7 @@ from ..pipeline.stream import Job, fill_position
 from ..pipeline.work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop
+from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop, window_tensors
 from ..transforms.output import OutputSpec
 
 
@@ -117,8 +117,7 @@ def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size
     parts = []
     for run in groups_within(shapes, size, budget):
         images, sizes = pad_batch([cuts[i][0] for i in run])
-        boxes = torch.tensor([cuts[i][1] for i in run], dtype=torch.float32).reshape(-1, 4)
-        flips = torch.tensor([windows[i].flip for i in run], dtype=torch.bool)
+        boxes, flips = window_tensors([cuts[i][1] for i in run])
         parts.append(resized_crop(images, sizes, boxes, size, flips, output, channels_last))
     if len(parts) == 1:
         return parts[0]

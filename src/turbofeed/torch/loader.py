@@ -285,9 +285,7 @@ class _LoaderIterator:
         fixed = transform is not None and transform.size is not None
         # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
         self.device_output = transform.output if (fixed and loader.device is not None) else None
-        worker_transform = transform
-        if self.device_output is not None:
-            worker_transform = Compose([op for op in transform.ops if getattr(op, "spec", None) is None])
+        worker_transform = transform if self.device_output is None else transform.without_output()
         plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
                                epoch=self.epoch, shuffle=loader.shuffle, rank=loader.rank,
                                world_size=loader.world_size, drop_last=loader.drop_last,
@@ -302,8 +300,8 @@ class _LoaderIterator:
             host_slots = None
             if loader._hybrid is not None:  # CPU samples: uint8 NCHW, normalised on the device
                 host_slots = loader._slot_pool(np.dtype(np.uint8), channels_last=False)
-                work = SampleWork(loader.dataset, Compose([op for op in transform.ops if getattr(op, "spec", None) is None]),
-                                  loader.stats, seed=loader.seed, epoch=self.epoch)
+                work = SampleWork(loader.dataset, transform.without_output(), loader.stats, seed=loader.seed,
+                                  epoch=self.epoch)
             self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, loader._policy, loader.channels_last,
                                hybrid=loader._hybrid, host_slots=host_slots)
             self.device_output = None

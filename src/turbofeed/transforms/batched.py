@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -112,14 +113,14 @@ def reach(box: Sequence[float], out_size: tuple[int, int], height: int, width: i
             min(height, math.ceil(y1 + fy) + 1), min(width, math.ceil(x1 + fx) + 1))
 
 
-def crop_to_reach(image: torch.Tensor, window: Window) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
+def crop_to_reach(image: torch.Tensor, window: Window) -> tuple[torch.Tensor, Window]:
     """A (3, h, w) image cut down to what ``window`` reads (a view, no copy) and the
-    window's box in the cut's coordinates: resampling the two gives the same pixels, and
+    window moved into the cut's coordinates: resampling the two gives the same pixels, and
     a small crop of a huge photo no longer pads the whole batch to the photo's size."""
     top, left, bottom, right = reach(window.box, (window.height, window.width), int(image.shape[1]),
                                      int(image.shape[2]))
     x0, y0, x1, y1 = window.box
-    return image[:, top:bottom, left:right], (x0 - left, y0 - top, x1 - left, y1 - top)
+    return image[:, top:bottom, left:right], replace(window, box=(x0 - left, y0 - top, x1 - left, y1 - top))
 
 
 def float_bytes(count: int, height: int, width: int, out_size: tuple[int, int]) -> int:

@@ -61,6 +61,11 @@ class Compose:
         flip = self.flip_p > 0 and rng.random() < self.flip_p
         return Window(view.box, view.height, view.width, flip)
 
+    def without_output(self) -> "Compose":
+        """The same ops without the final ``Normalize``/``ToDtype``: uint8 output, for a
+        caller that converts on the device instead."""
+        return self if self.output is None else Compose(self.ops[:-1])
+
     @property
     def random(self) -> bool:
         return self.flip_p > 0 or any(isinstance(op, RandomResizedCrop) for op in self.geometry)
