@@ -35,3 +35,27 @@ class SampleError(TurbofeedError):
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.shard}/{self.key}: {self.reason}"
+
+
+class ImageTooLarge(TurbofeedError, ValueError):
+    """An image declares more pixels than the limit (:func:`turbofeed.decode.max_pixels`).
+
+    Raised from the header, before any decode: a few KB can declare 60000 x 60000 pixels
+    (10 GB and half a minute to decode). The loader counts it as a bad sample. A
+    ``ValueError``, as every other undecodable image.
+
+    Args:
+        height, width: the size the header declares.
+        limit: the maximum pixel count in force.
+    """
+
+    def __init__(self, height: int, width: int, limit: int) -> None:
+        super().__init__(height, width, limit)
+        self.height = height
+        self.width = width
+        self.limit = limit
+
+    def __str__(self) -> str:
+        return (f"image of {self.width}x{self.height} = {self.width * self.height} pixels is over the limit "
+                f"of {self.limit} pixels (raise it with TURBOFEED_MAX_PIXELS=N or PIL.Image.MAX_IMAGE_PIXELS; "
+                f"TURBOFEED_MAX_PIXELS=none: no limit)")

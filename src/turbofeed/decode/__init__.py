@@ -1,6 +1,9 @@
-"""Decoders: CPU (libjpeg-turbo, Pillow) and header probing."""
+"""Decoders: CPU (libjpeg-turbo, Pillow) and header probing, under a pixel limit."""
 
+from ..errors import ImageTooLarge
 from .cpu import decode, decode_jpeg, decode_pillow
+from .limits import check_pixels, max_pixels
 from .probe import ImageInfo, is_jpeg, probe
 
-__all__ = sorted(["ImageInfo", "decode", "decode_jpeg", "decode_pillow", "is_jpeg", "probe"])
+__all__ = sorted(["ImageInfo", "ImageTooLarge", "check_pixels", "decode", "decode_jpeg", "decode_pillow",
+                  "is_jpeg", "max_pixels", "probe"])

@@ -27,7 +27,9 @@
  * libjpeg's message (strict, like simplejpeg's strict=True). Streams this module does
  * not handle (CMYK/YCCK, or bytes that do not end with an EOI marker, which may be
  * truncated in the part that is never decoded here) raise NotImplementedError, so the
- * caller can use its general decoder, which then decides.
+ * caller can use its general decoder, which then decides. An image declaring more
+ * pixels than the caller's max_pixels raises turbofeed.errors.ImageTooLarge (a
+ * ValueError) from its header, before anything its size is allocated or decoded.
  *
  * Pixels already decoded (uint8 arrays of 1, 3 or 4 channels) go through the same
  * resampler (resize()): the rows come from a Source, a JPEG being decoded or an array.
@@ -73,7 +75,9 @@
 #define VEC 32            /* the vertical pass reads and writes up to VEC - 1 bytes past a row */
 #define KEEP_BYTES ((size_t)32 << 20) /* scratch larger than this is freed after a call */
 
-enum { RC_OK = 0, RC_JPEG, RC_FALLBACK, RC_NOMEM, RC_VALUE };
+enum { RC_OK = 0, RC_JPEG, RC_FALLBACK, RC_NOMEM, RC_VALUE, RC_TOO_LARGE };
+
+static PyObject *image_too_large; /* turbofeed.errors.ImageTooLarge, imported at init */
 
 typedef struct {
     struct jpeg_error_mgr pub;
@@ -102,6 +106,7 @@ typedef struct {
     ErrorManager err;
     int created;
     char msg[JMSG_LENGTH_MAX + 96];
+    unsigned long long size[2];             /* height, width of an image over the limit */
     unsigned char *rows; size_t rows_cap;   /* decoded scanlines */
     unsigned char *tmp; size_t tmp_cap;     /* result of the first pass, then one output row */
     unsigned char *coef; size_t coef_cap;   /* both Coeffs' arrays */
@@ -680,6 +685,17 @@ struct Source {
     State *s;                                            /* for messages */
 };
 
+/* Refuse an image of more than max_pixels pixels (0: no limit) from its header size,
+ * before anything proportional to it is allocated or decoded: a 2 KB JPEG can declare
+ * 60000 x 60000 pixels (10 GB to decode; a progressive one allocates that much in
+ * jpeg_start_decompress). The caller raises ImageTooLarge from s->size. */
+static int check_size(State *s, unsigned long long h, unsigned long long w, long long max_pixels) {
+    if (max_pixels <= 0 || h * w <= (unsigned long long)max_pixels) return RC_OK; /* h, w < 2^32 */
+    s->size[0] = h;
+    s->size[1] = w;
+    return RC_TOO_LARGE;
+}
+
 /* Clamp the box to a W x H image (as turbofeed.transforms.resample does). */
 static int clamp_box(State *s, const double box[4], double W, double H, double out[4]) {
     out[0] = box[0] > 0 ? box[0] : 0.0;
@@ -871,9 +887,13 @@ static int ends_with_eoi(const unsigned char *data, size_t len) {
 /* Decode the part of a JPEG the box needs and resize it into the target. libjpeg's
  * errors longjmp back here (READ_HEADER; resample runs inside this frame). */
 static int run(State *s, const unsigned char *data, size_t len, const double box[4],
-               const Target *t, int dct_scale) {
+               const Target *t, int dct_scale, long long max_pixels) {
     struct jpeg_decompress_struct *ci = &s->cinfo;
     READ_HEADER(s, ci, data, len);
+    if (check_size(s, ci->image_height, ci->image_width, max_pixels) != RC_OK) {
+        jpeg_abort_decompress(ci);
+        return RC_TOO_LARGE;
+    }
     if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
         FAIL(RC_FALLBACK, "%s JPEG: not handled by the crop decoder",
              ci->jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
@@ -942,10 +962,11 @@ static int array_rows(Source *src, unsigned char **rows, int n) {
 
 /* Resize the box of an H x W image of uint8 pixels (channels 1, 3 or 4) into the target. */
 static int run_array(State *s, const uint8_t *pixels, int H, int W, int channels, const double box[4],
-                     const Target *t) {
+                     const Target *t, long long max_pixels) {
     s->msg[0] = 0;
     double b[4];
-    int rc = clamp_box(s, box, W, H, b);
+    int rc = check_size(s, (unsigned long long)H, (unsigned long long)W, max_pixels);
+    if (rc == RC_OK) rc = clamp_box(s, box, W, H, b);
     if (rc != RC_OK) return rc;
     ArraySource as = {{array_crop, array_skip, array_rows, s}, pixels, (size_t)W * channels, channels, 0, 0, W};
     return resample(s, &as.base, W, H, (float)b[0], (float)b[1], (float)b[2], (float)b[3], t);
@@ -988,7 +1009,7 @@ static int read_triple(PyObject *obj, const char *name, float out[3]) {
 
 PyDoc_STRVAR(crop_resize_doc,
 "crop_resize(data, x0, y0, x1, y1, out, out_h, out_w, flip=False, channels_first=True,\n"
-"            dct_scale=False, offset=None, factor=None)\n"
+"            dct_scale=False, offset=None, factor=None, max_pixels=0)\n"
 "--\n\n"
 "Decode the part of a JPEG that box (x0, y0, x1, y1) needs (source pixel coordinates,\n"
 "clamped to the image), resize it to out_h x out_w exactly like Pillow's BILINEAR resize\n"
@@ -996,8 +1017,10 @@ PyDoc_STRVAR(crop_resize_doc,
 "mirrored left-right when flip). out is uint8, or float32 when offset and factor (3\n"
 "numbers each) are given: out = (pixel - offset) * factor. dct_scale decodes at half\n"
 "size when the box is at least twice the output in both axes. Releases the GIL.\n\n"
-"Raises ValueError (corrupt or not a JPEG, bad arguments) or NotImplementedError\n"
-"(CMYK/YCCK, or no EOI marker at the end: use a general decoder).");
+"Raises turbofeed.errors.ImageTooLarge (a ValueError) when the header declares more than\n"
+"max_pixels pixels (0: no limit), before decoding; ValueError (corrupt or not a JPEG, bad\n"
+"arguments) or NotImplementedError (CMYK/YCCK, or no EOI marker at the end: use a\n"
+"general decoder).");
 
 /* One call's arguments, for call_released. */
 typedef struct {
@@ -1006,6 +1029,7 @@ typedef struct {
     const double *box;
     const Target *t;
     int dct;
+    long long max_pixels;
 } JpegJob;
 
 typedef struct {
@@ -1013,22 +1037,26 @@ typedef struct {
     int H, W, channels;
     const double *box;
     const Target *t;
+    long long max_pixels;
 } ArrayJob;
 
 static int run_jpeg_job(State *s, const void *arg) {
     const JpegJob *j = arg;
-    return run(s, j->data, j->len, j->box, j->t, j->dct);
+    return run(s, j->data, j->len, j->box, j->t, j->dct, j->max_pixels);
 }
 
 static int run_array_job(State *s, const void *arg) {
     const ArrayJob *j = arg;
-    return run_array(s, j->pixels, j->H, j->W, j->channels, j->box, j->t);
+    return run_array(s, j->pixels, j->H, j->W, j->channels, j->box, j->t, j->max_pixels);
 }
 
 /* fn(s, job) on this thread's State with the GIL released, then both buffers released;
- * None, or the exception rc stands for (the message copied out of the State first). */
-static PyObject *call_released(int (*fn)(State *, const void *), const void *job, Py_buffer *out, Py_buffer *src) {
+ * None, or the exception rc stands for (the message, or the size of an image over
+ * max_pixels, copied out of the State first). */
+static PyObject *call_released(int (*fn)(State *, const void *), const void *job, long long max_pixels,
+                               Py_buffer *out, Py_buffer *src) {
     char msg[sizeof(((State *)0)->msg)];
+    unsigned long long size[2] = {0, 0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     State *s = state_get();
@@ -1037,12 +1065,21 @@ static PyObject *call_released(int (*fn)(State *, const void *), const void *job
     } else {
         rc = fn(s, job);
         memcpy(msg, s->msg, sizeof msg);
+        memcpy(size, s->size, sizeof size);
         state_trim(s);
         state_put(s);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(out);
     PyBuffer_Release(src);
+    if (rc == RC_TOO_LARGE) { /* ImageTooLarge(height, width, limit) words the message */
+        PyObject *exc = PyObject_CallFunction(image_too_large, "KKL", size[0], size[1], max_pixels);
+        if (exc) {
+            PyErr_SetObject(image_too_large, exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
     if (raise_for(rc, msg) < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -1076,48 +1113,51 @@ static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw
 
 static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "x0", "y0", "x1", "y1", "out", "out_h", "out_w", "flip",
-                             "channels_first", "dct_scale", "offset", "factor", NULL};
+                             "channels_first", "dct_scale", "offset", "factor", "max_pixels", NULL};
     Py_buffer data, out;
     double box[4];
     PyObject *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
     int out_h, out_w, flip = 0, chw = 1, dct = 0;
+    long long max_pixels = 0;
     float offset[3], factor[3];
     Target t;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ddddOii|pppOO:crop_resize", kwlist, &data,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ddddOii|pppOOL:crop_resize", kwlist, &data,
                                      &box[0], &box[1], &box[2], &box[3], &out_obj, &out_h, &out_w,
-                                     &flip, &chw, &dct, &offset_obj, &factor_obj))
+                                     &flip, &chw, &dct, &offset_obj, &factor_obj, &max_pixels))
         return NULL;
     if (get_target(out_obj, out_h, out_w, flip, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    const JpegJob job = {(const unsigned char *)data.buf, (size_t)data.len, box, &t, dct};
-    return call_released(run_jpeg_job, &job, &out, &data);
+    const JpegJob job = {(const unsigned char *)data.buf, (size_t)data.len, box, &t, dct, max_pixels};
+    return call_released(run_jpeg_job, &job, max_pixels, &out, &data);
 }
 
 PyDoc_STRVAR(resize_doc,
 "resize(pixels, x0, y0, x1, y1, out, out_h, out_w, flip=False, channels_first=True,\n"
-"       offset=None, factor=None)\n"
+"       offset=None, factor=None, max_pixels=0)\n"
 "--\n\n"
 "crop_resize for pixels already decoded: a C-contiguous uint8 array (H, W), (H, W, 1),\n"
 "(H, W, 3) or (H, W, 4) (gray repeated to RGB, alpha dropped). Same resize, output and\n"
 "arguments; reads only the rows and columns the filter needs. Releases the GIL.\n\n"
-"Raises ValueError for another dtype, shape or layout, or bad arguments.");
+"Raises ValueError for another dtype, shape or layout, or bad arguments, and\n"
+"turbofeed.errors.ImageTooLarge for more than max_pixels pixels (0: no limit).");
 
 static PyObject *py_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"pixels", "x0", "y0", "x1", "y1", "out", "out_h", "out_w", "flip",
-                             "channels_first", "offset", "factor", NULL};
+                             "channels_first", "offset", "factor", "max_pixels", NULL};
     Py_buffer pixels, out;
     double box[4];
     PyObject *pixels_obj, *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
     int out_h, out_w, flip = 0, chw = 1;
+    long long max_pixels = 0;
     float offset[3], factor[3];
     Target t;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OddddOii|ppOO:resize", kwlist, &pixels_obj, &box[0],
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OddddOii|ppOOL:resize", kwlist, &pixels_obj, &box[0],
                                      &box[1], &box[2], &box[3], &out_obj, &out_h, &out_w, &flip, &chw,
-                                     &offset_obj, &factor_obj))
+                                     &offset_obj, &factor_obj, &max_pixels))
         return NULL;
     if (PyObject_GetBuffer(pixels_obj, &pixels, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
     const int channels = pixels.ndim == 2 ? 1 : pixels.ndim == 3 ? (int)pixels.shape[2] : 0;
@@ -1133,8 +1173,9 @@ static PyObject *py_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyBuffer_Release(&pixels);
         return NULL;
     }
-    const ArrayJob job = {(const uint8_t *)pixels.buf, (int)pixels.shape[0], (int)pixels.shape[1], channels, box, &t};
-    return call_released(run_array_job, &job, &out, &pixels);
+    const ArrayJob job = {(const uint8_t *)pixels.buf, (int)pixels.shape[0], (int)pixels.shape[1], channels, box, &t,
+                          max_pixels};
+    return call_released(run_array_job, &job, max_pixels, &out, &pixels);
 }
 
 static const char *colorspace_name(J_COLOR_SPACE cs) {
@@ -1231,6 +1272,13 @@ PyMODINIT_FUNC PyInit__crop(void) {
         state_key_ok = 1;
     }
 #endif
+    if (!image_too_large) { /* a leaf module: safe while turbofeed itself is still importing */
+        PyObject *errors = PyImport_ImportModule("turbofeed.errors");
+        if (!errors) return NULL;
+        image_too_large = PyObject_GetAttrString(errors, "ImageTooLarge");
+        Py_DECREF(errors);
+        if (!image_too_large) return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
 #ifdef LIBJPEG_TURBO_VERSION

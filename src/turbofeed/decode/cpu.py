@@ -3,6 +3,11 @@
 Every image comes out as HWC uint8 RGB: grayscale is replicated, CMYK/YCCK converted
 (libjpeg-turbo and Pillow agree within 1 level), progressive JPEGs decode as usual,
 alpha is dropped.
+
+Each decoder first checks the size its header declares against the pixel limit
+(:mod:`turbofeed.decode.limits`) and raises :class:`~turbofeed.errors.ImageTooLarge`
+above it, before anything the size of the image is allocated; ``max_pixels`` (default:
+:func:`~turbofeed.decode.limits.max_pixels` at call time) sets it per call.
 """
 
 from __future__ import annotations
@@ -13,17 +18,25 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from ..errors import ImageTooLarge
+from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
 from .probe import is_jpeg
 
 
-def decode_jpeg(data: bytes) -> np.ndarray:
+def decode_jpeg(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAULT) -> np.ndarray:
     """Decode a JPEG strictly: a truncated or corrupt stream raises ValueError instead
-    of yielding grey rows."""
+    of yielding grey rows; one declaring more than ``max_pixels`` raises ImageTooLarge."""
+    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    check_pixels(height, width, resolve(max_pixels))
     return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
 
 
-def decode_pillow(data: bytes) -> np.ndarray:
+def decode_pillow(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAULT) -> np.ndarray:
+    """Decode any image Pillow reads. Pillow's own check only raises above twice its limit:
+    the size of this very Image object is checked before its pixels are loaded, so no
+    format (or header Pillow reads differently from libjpeg) gets around the limit."""
     with Image.open(io.BytesIO(data)) as im:
+        check_pixels(im.height, im.width, resolve(max_pixels))
         im.load()
         rgb = im if im.mode == "RGB" else im.convert("RGB")
         return np.asarray(rgb)
@@ -43,25 +56,39 @@ def as_rgb(array: np.ndarray) -> np.ndarray:
     return array[:, :, :3]
 
 
-def decode(data: bytes | np.ndarray) -> np.ndarray:
+def decode(data: bytes | np.ndarray, *, max_pixels: int | None | DefaultLimit = DEFAULT) -> np.ndarray:
     """Decode any supported image to an HWC uint8 RGB array (arrays pass through).
 
+    Args:
+        data: encoded bytes, or pixels (HW, HW1, HW3 or HW4 uint8).
+        max_pixels: the pixel limit (None: none); default :func:`max_pixels` now.
+
     Raises:
+        ImageTooLarge: more pixels than ``max_pixels`` (a ValueError), before decoding.
         ValueError: empty, truncated, corrupt or unsupported image, with the reason.
     """
+    limit = resolve(max_pixels)
     if isinstance(data, np.ndarray):
+        if data.ndim >= 2:  # before as_rgb, which may copy a grey image three times
+            check_pixels(data.shape[0], data.shape[1], limit)
         return as_rgb(data)
     if not data:
         raise ValueError("empty file (0 bytes)")
     if is_jpeg(data):
         try:
-            return decode_jpeg(data)
+            return decode_jpeg(data, max_pixels=limit)
+        except ImageTooLarge:
+            raise
         except ValueError as jpeg_error:
             try:  # Pillow reads a few JPEG variants libjpeg-turbo's RGB path refuses
-                return decode_pillow(data)
+                return decode_pillow(data, max_pixels=limit)
+            except ImageTooLarge:
+                raise
             except Exception:
                 raise ValueError(f"bad JPEG: {jpeg_error}") from None
     try:
-        return decode_pillow(data)
+        return decode_pillow(data, max_pixels=limit)
+    except ImageTooLarge:
+        raise
     except Exception as exc:  # Pillow raises many types for rubbish input
         raise ValueError(f"not a decodable image ({type(exc).__name__}: {exc})") from None

@@ -7,7 +7,9 @@ Backends, in order of preference when ``backend="auto"``:
 - ``torchvision``: ``torchvision.io.decode_jpeg(list, device="cuda")``, batched nvJPEG.
 
 Images a backend rejects (CMYK, unusual sampling, corrupt data) come back as None so
-the caller can decode them on the CPU; nothing here raises for one bad image.
+the caller can decode them on the CPU; nothing here raises for one bad image. So do
+images over the pixel limit (:func:`turbofeed.decode.max_pixels`), refused from their
+header before the backend allocates for them; the CPU path then names the error.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from typing import Any
+
+import simplejpeg
+
+from .limits import max_pixels
 
 BACKENDS = ("nvimgcodec", "torchvision")
 
@@ -66,6 +72,7 @@ class GpuDecoder:
         self.device = torch.device(device)
         self.backend = name
         self.description = reason
+        self.max_pixels = max_pixels()  # read once, checked per image in decode()
         if name == "nvimgcodec":
             from nvidia import nvimgcodec
 
@@ -81,9 +88,29 @@ class GpuDecoder:
                                                    apply_exif_orientation=False)
 
     def decode(self, datas: Sequence[bytes]) -> list[Any | None]:
-        """One batched decode; returns a (3, H, W) uint8 tensor per input, None where rejected."""
+        """One batched decode; returns a (3, H, W) uint8 tensor per input, None where rejected
+        (also where the header declares more than ``max_pixels`` pixels)."""
         if not datas:
             return []
+        keep = [i for i, data in enumerate(datas) if self._within_limit(data)]
+        if len(keep) == len(datas):
+            return self._decode(datas)
+        out: list[Any | None] = [None] * len(datas)
+        for i, image in zip(keep, self._decode([datas[i] for i in keep]) if keep else []):
+            out[i] = image
+        return out
+
+    def _within_limit(self, data: bytes) -> bool:
+        """False for a JPEG declaring more than ``max_pixels`` (about 1 us per header)."""
+        if not self.max_pixels:
+            return True
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError:
+            return True  # not a readable JPEG header: the backend rejects it
+        return height * width <= self.max_pixels
+
+    def _decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         if self.backend == "nvimgcodec":
             return self._decode_nvimgcodec(datas)
         return self._decode_torchvision(datas)

@@ -13,6 +13,9 @@ Fallbacks: :class:`NotImplementedError` for streams it leaves to the general dec
 (CMYK/YCCK, or bytes that do not end with an EOI marker: they may be truncated in a part
 it never decodes, and the strict full decode must judge them). :class:`ValueError` for
 corrupt data (libjpeg's warnings count as errors) or bad arguments.
+:class:`~turbofeed.errors.ImageTooLarge` (a ValueError: catch it first) for an image
+over the pixel limit, from its header, before anything its size is allocated or decoded:
+a bad sample, never one for the general decoder.
 
 Example::
 
@@ -27,6 +30,8 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
+
+from .limits import DEFAULT, DefaultLimit, resolve
 
 try:
     from . import _crop
@@ -54,7 +59,8 @@ def header(data: bytes) -> tuple[int, int, str]:
 
 def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
                 channels_first: bool = True, dct_scale: bool = False,
-                offset: Sequence[float] | None = None, factor: Sequence[float] | None = None) -> None:
+                offset: Sequence[float] | None = None, factor: Sequence[float] | None = None,
+                max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
     """Decode the part of JPEG ``data`` under ``box`` and resize it into ``out``.
 
     Args:
@@ -70,17 +76,20 @@ def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: boo
             difference 22 levels, mean 0.94, on 112x112 crops of ImageNet-like JPEGs).
         offset, factor: 3 numbers each: ``out = (pixel - offset) * factor`` in float32,
             as :func:`turbofeed.transforms.write_slot` computes it.
+        max_pixels: the pixel limit (None: none), checked from the header; default
+            :func:`turbofeed.decode.max_pixels` at call time (loaders pass it).
 
     Raises:
+        ImageTooLarge: more pixels than ``max_pixels``: a bad sample, do not fall back.
         NotImplementedError: CMYK/YCCK, or no EOI marker at the end: use the general decoder.
         ValueError: corrupt or not a JPEG, or ``out`` of the wrong shape or dtype.
     """
-    _call(_crop.crop_resize, data, box, out, flip, channels_first, offset, factor, dct_scale)
+    _call(_crop.crop_resize, data, box, out, flip, channels_first, offset, factor, max_pixels, dct_scale)
 
 
 def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
            channels_first: bool = True, offset: Sequence[float] | None = None,
-           factor: Sequence[float] | None = None) -> None:
+           factor: Sequence[float] | None = None, max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
     """:func:`crop_resize` for pixels already decoded (HDF5, Zarr, .npy sources): the same
     Pillow-exact resize of ``box`` into ``out``, reading only the rows and columns the
     filter needs, with the GIL released.
@@ -89,25 +98,29 @@ def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: b
         pixels: C-contiguous uint8 ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
             ``(H, W, 4)`` (gray repeated to RGB, alpha dropped, as
             :func:`turbofeed.decode.cpu.as_rgb` does).
-        box, out, flip, channels_first, offset, factor: as for :func:`crop_resize`.
+        box, out, flip, channels_first, offset, factor, max_pixels: as for :func:`crop_resize`
+            (the limit applies to arrays too, so a sample's fate does not depend on its source).
 
     Raises:
+        ImageTooLarge: more pixels than ``max_pixels``.
         ValueError: another dtype, shape or memory layout, or bad arguments.
     """
-    _call(_crop.resize, pixels, box, out, flip, channels_first, offset, factor)
+    _call(_crop.resize, pixels, box, out, flip, channels_first, offset, factor, max_pixels)
 
 
 def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, channels_first: bool,
-          offset: Sequence[float] | None, factor: Sequence[float] | None, *extra: object) -> None:
+          offset: Sequence[float] | None, factor: Sequence[float] | None,
+          max_pixels: int | None | DefaultLimit, *extra: object) -> None:
     if out.ndim != 3 or out.shape[0 if channels_first else 2] != 3:
         raise ValueError(f"out must be (3, h, w) or (h, w, 3), got shape {out.shape}")
     h, w = out.shape[1:] if channels_first else out.shape[:2]
     x0, y0, x1, y1 = box
+    limit = resolve(max_pixels) or 0  # the extension's "no limit"
     if offset is None and factor is None:
-        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra)
+        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra, max_pixels=limit)
     else:
         kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra,
-               offset=tuple(map(float, offset)), factor=tuple(map(float, factor)))
+               offset=tuple(map(float, offset)), factor=tuple(map(float, factor)), max_pixels=limit)
 
 
 def scratch(height: int, width: int) -> np.ndarray:

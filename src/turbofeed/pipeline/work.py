@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..decode import decode, is_jpeg, native, probe
-from ..errors import SampleError
+from ..decode import decode, is_jpeg, max_pixels, native, probe
+from ..errors import ImageTooLarge, SampleError
 from ..io import Dataset
 from ..transforms import Compose, resample, write_slot
 from .buffers import Slot
@@ -43,6 +43,8 @@ class SampleWork:
         self.seed = seed
         self.epoch = epoch
         self.native = native.available() and transform is not None
+        # Read once, not per sample (an environment lookup costs ~0.5 us under the GIL).
+        self.max_pixels = max_pixels()
 
     def _error(self, gid: int, stage: str, exc: BaseException) -> SampleError:
         shard, key = self.dataset.describe(gid)
@@ -90,17 +92,20 @@ class SampleWork:
             spec = self.transform.output
             if out is None:
                 out = np.empty((window.height, window.width, 3), np.uint8)
-                kernel(data, window.box, out, channels_first=False)
+                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels)
             elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
                 return None
             elif spec is None or out.dtype == np.float32:
                 kernel(data, window.box, out, flip=window.flip, channels_first=channels_first,
                        offset=None if spec is None else spec.offset,
-                       factor=None if spec is None else spec.factor)
+                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels)
             else:  # float16/float64: through a uint8 scratch, converted by numpy
                 pixels = native.scratch(window.height, window.width)
-                kernel(data, window.box, pixels, flip=window.flip, channels_first=False)
+                kernel(data, window.box, pixels, flip=window.flip, channels_first=False,
+                       max_pixels=self.max_pixels)
                 write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
+        except ImageTooLarge as exc:  # a bad sample: the general path would decode it all
+            raise self._error(gid, "decode.cpu", exc) from exc
         except (NotImplementedError, ValueError):
             return None
         except Exception as exc:
@@ -117,7 +122,7 @@ class SampleWork:
             if self.transform is not None:
                 info = probe(data)  # the crop window comes from the header, before decoding
                 window = self.transform.window(info.height, info.width, self._rng(gid))
-            image = decode(data)
+            image = decode(data, max_pixels=self.max_pixels)  # checks the header first
             decoded = time.perf_counter()
             stage = "augment"
             flip = False

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decode import decode, probe
+from ..decode import check_pixels, decode, probe
 from ..decode.cpu import as_rgb
 from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stream import Job, fill_position
@@ -34,10 +34,12 @@ def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transfor
     """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng.
 
     Raises:
-        SampleError: no readable header (stage ``decode.gpu``).
+        SampleError: no readable header, or more pixels than ``work.max_pixels`` (stage
+            ``decode.gpu``): checked here, before any decoder allocates for the image.
     """
     try:
         info = probe(data)
+        check_pixels(info.height, info.width, work.max_pixels)
         return transform.window(info.height, info.width, work._rng(gid))
     except Exception as exc:
         raise work._error(gid, "decode.gpu", exc) from exc
