@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -101,8 +102,100 @@ def test_all_bad_data_raises_instead_of_hanging(tmp_path, odd_images, tar_writer
     members = [(f"k{i}.jpg", odd_images["garbage"]) for i in range(70)]
     path = tar_writer(str(tmp_path / "rubbish.tar"), members)
     loader = turbofeed.DataLoader(path, batch_size=4, num_workers=2, transform=T.imagenet_eval(32))
-    with pytest.raises(turbofeed.DatasetError, match="mostly unreadable"):
+    with pytest.raises(turbofeed.DatasetError, match="no good sample in this rank's 70"):
         next(iter(loader))
+
+
+def _corrupt_jpeg(odd_images: dict, i: int) -> bytes:
+    """A JPEG cut short, different for each ``i`` (real header, truncated scan)."""
+    good = odd_images["rgb"]
+    return good[: len(good) // 3 + i]
+
+
+@pytest.fixture
+def bad_run_shard(tmp_path, odd_images, tar_writer):
+    """140 samples: 10 good (g000..g009), 120 consecutive corrupt JPEGs (b000..b119),
+    10 good (h000..h009). Labels: the good ones 1, the bad ones 0."""
+    members = []
+    for i in range(10):
+        members += [(f"g{i:03d}.jpg", odd_images["rgb"]), (f"g{i:03d}.cls", b"1")]
+    for i in range(120):
+        members += [(f"b{i:03d}.jpg", _corrupt_jpeg(odd_images, i)), (f"b{i:03d}.cls", b"0")]
+    for i in range(10):
+        members += [(f"h{i:03d}.jpg", odd_images["gray"]), (f"h{i:03d}.cls", b"1")]
+    return tar_writer(str(tmp_path / "badrun.tar"), members)
+
+
+def _count_fetches(monkeypatch) -> Counter:
+    from turbofeed.pipeline.work import SampleWork
+
+    fetches: Counter = Counter()
+    real = SampleWork.fetch
+
+    def counted(self, gid, **kw):
+        fetches[gid] += 1
+        return real(self, gid, **kw)
+    monkeypatch.setattr(SampleWork, "fetch", counted)
+    return fetches
+
+
+def test_a_long_bad_run_is_replaced_not_fatal(bad_run_shard, monkeypatch, caplog):
+    """120 bad in a row (more than any fixed retry cap): every slot of the run holds the
+    next good sample of the order (h000), batches stay full, each bad sample is read,
+    counted and logged once, not once per slot that tried it as a replacement."""
+    fetches = _count_fetches(monkeypatch)
+    loader = turbofeed.DataLoader(bad_run_shard, batch_size=8, num_workers=2, transform=T.imagenet_eval(32),
+                                  return_keys=True)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        batches = list(loader)
+    assert [len(x) for x, _, _ in batches] == [8] * 17 + [4]
+    keys = [k.split("/")[1] for _, _, ks in batches for k in ks]
+    assert keys == [f"g{i:03d}" for i in range(10)] + ["h000"] * 120 + [f"h{i:03d}" for i in range(10)]
+    assert torch.cat([y for _, y, _ in batches]).tolist() == [1] * 140
+    assert loader.stats.replaced == 120
+    assert sum(loader.stats.errors.values()) == 120  # distinct bad samples, not attempts
+    warned = [r.getMessage() for r in caplog.records if "bad sample" in r.getMessage()]
+    assert len(warned) == 120 and len(set(warned)) == 120
+    bad_ids = [gid for gid in range(10, 130)]
+    # Known-bad samples are not fetched again for later slots (2 threads may race once).
+    assert sum(fetches[g] for g in bad_ids) <= 2 * 120, sum(fetches[g] for g in bad_ids)
+
+
+def test_replacements_wrap_around_the_rank_order(tmp_path, odd_images, tar_writer):
+    """Good sample first, then 100 bad: the run's slots wrap around to the order's start."""
+    members = [("a.jpg", odd_images["rgb"])] + [(f"z{i:03d}.jpg", _corrupt_jpeg(odd_images, i))
+                                                 for i in range(100)]
+    path = tar_writer(str(tmp_path / "wrap.tar"), members)
+    loader = turbofeed.DataLoader(path, batch_size=16, num_workers=2, transform=T.imagenet_eval(32),
+                                  return_keys=True)
+    keys = [k for _, _, ks in loader for k in ks]
+    assert keys == ["wrap.tar/a"] * 101
+    assert loader.stats.replaced == 100 and sum(loader.stats.errors.values()) == 100
+
+
+def test_a_short_bad_run_counts_each_bad_sample_once(tmp_path, odd_images, tar_writer, caplog):
+    """5 bad in a row: the first slot's search tries all five; each is still one error."""
+    members = []
+    for i in range(20):
+        data = _corrupt_jpeg(odd_images, i) if 5 <= i < 10 else odd_images["rgb"]
+        members += [(f"s{i:03d}.jpg", data)]
+    path = tar_writer(str(tmp_path / "run5.tar"), members)
+    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=2, transform=T.imagenet_eval(32),
+                                  return_keys=True)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        keys = [k for _, _, ks in loader for k in ks]
+    assert keys[5:10] == ["run5.tar/s010"] * 5
+    assert loader.stats.errors == {"decode.cpu": 5} and loader.stats.replaced == 5
+    assert sum("bad sample" in r.getMessage() for r in caplog.records) == 5
+    list(loader)  # the same bad samples again in the next epoch: still five distinct ones
+    assert loader.stats.errors == {"decode.cpu": 5} and loader.stats.replaced == 10
+
+
+def test_pipeline_replaces_a_long_bad_run(bad_run_shard):
+    with turbofeed.Pipeline(bad_run_shard, num_workers=2) as pipe:
+        keys = [s.key for s in pipe]
+    assert keys == [f"g{i:03d}" for i in range(10)] + ["h000"] * 120 + [f"h{i:03d}" for i in range(10)]
+    assert pipe.stats.replaced == 120 and sum(pipe.stats.errors.values()) == 120
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_new_iteration_closes_the_previous_one(shards):
     first = iter(loader)
     next(first)
     second = iter(loader)
-    with pytest.raises(StopIteration):
+    with pytest.raises(RuntimeError, match="superseded"):
         next(first)
     assert len(next(second)[0]) == 8
     del first, second
@@ -83,6 +83,27 @@ def test_pipeline_stop_and_context_manager(shards):
     with turbofeed.Pipeline(shards, num_workers=2) as pipe:
         pipe.next_batch(2)
     assert wait_for_no_threads() == []
+
+
+def test_a_dropped_pipeline_releases_its_threads(shards):
+    """A Pipeline dropped without stop() (its worker threads must not keep it alive)."""
+    for _ in range(20):
+        p = turbofeed.Pipeline(shards, num_workers=2)
+        p.start()
+        assert len(p.next_batch(4)) == 4
+        del p
+        assert wait_for_no_threads(timeout=2.0) == []
+
+
+def test_a_dropped_pipeline_mid_epoch_with_a_transform(shards):
+    pipes = [turbofeed.Pipeline(shards, num_workers=2, transform=T.imagenet_eval(32), shuffle=True)
+             for _ in range(3)]
+    for p in pipes:
+        p.next_batch(40)
+    assert len(turbofeed_threads()) == 6
+    del pipes, p
+    gc.collect()
+    assert wait_for_no_threads(timeout=2.0) == []
 
 
 def _script(shards: str, body: str) -> str:

@@ -4,7 +4,7 @@ Public names only; see ``turbofeed.DataLoader`` and ``turbofeed.Pipeline``.
 """
 
 from . import transforms
-from .errors import DatasetError, SampleError, TurbofeedError
+from .errors import DatasetError, ImageTooLarge, SampleError, TurbofeedError
 from .io.s3config import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
@@ -12,7 +12,8 @@ from .torch.device import gpu_available
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "DataLoader", "DatasetError", "DistributedPipeline", "MultiGpuTransfer", "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
+    "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MultiGpuTransfer", "Pipeline",
+    "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
 ])
 

@@ -158,3 +158,60 @@ def test_the_data_is_synced_to_disk_before_the_name_is_published(tmp_path, monke
     assert calls == ["fsync", "rename"]
     with open(path, "rb") as f:
         assert f.read() == CONTENT
+
+
+def test_concurrent_fills_never_hold_more_than_the_bound(tmp_path):
+    """6 threads fill 6 different objects at once into room for 3: fills in progress
+    count against the bound, so 3 are published and 3 refused (their readers go to the
+    network), and the cache never holds more than its bound."""
+    import threading
+
+    cache = ShardCache(str(tmp_path), max_bytes=3 * 1000)
+    seen: list[int] = []
+    results: dict[str, str | None] = {}
+    writing: list[int] = []
+    release = threading.Event()
+
+    def write(fd: int) -> None:
+        writing.append(fd)
+        seen.append(cache.used_bytes())
+        os.pwrite(fd, b"x" * 1000, 0)
+        release.wait(10)  # every fill in progress until all 6 have reserved or been refused
+        seen.append(cache.used_bytes())
+
+    def one(name: str) -> None:
+        results[name] = cache.fill(name, 1000, write)
+    threads = [threading.Thread(target=one, args=(f"obj{k}",)) for k in range(6)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(writing) + len(results) < 6 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert max(seen) <= 3000, f"the cache held {max(seen)} bytes, bound 3000"
+    published = [n for n, path in results.items() if path is not None]
+    assert len(results) == 6 and len(published) == 3
+    assert cache.used_bytes() == 3000 and os.listdir(cache.tmp) == []
+
+
+def test_an_object_in_use_is_never_evicted(tmp_path):
+    """A descriptor from ``open`` pins the object: eviction takes the least recently used
+    object not in use, refuses a fill that only the pinned bytes would make room for,
+    and the pinned file stays whole and readable by name."""
+    cache = ShardCache(str(tmp_path), max_bytes=2 * 1000)
+    for k, name in enumerate("ab"):
+        cache.fill(name, 1000, lambda fd, b=name.encode(): os.pwrite(fd, b * 1000, 0))
+        os.utime(cache.path(name), (1000 + k, 1000 + k))  # a is the oldest
+    fd = cache.open("a")
+    assert fd is not None and os.pread(fd, 4, 0) == b"aaaa"
+    assert cache.fill("c", 1000, lambda fd: os.pwrite(fd, b"c" * 1000, 0))
+    assert cache.lookup("b") is None and cache.lookup("a")  # b evicted, not the older a
+    assert cache.fill("big", 2000, lambda fd: os.pwrite(fd, b"g" * 2000, 0)) is None
+    assert cache.lookup("a") and cache.lookup("c")  # a refused fill evicts nothing
+    with open(cache.path("a"), "rb") as f:
+        assert f.read() == b"a" * 1000
+    os.close(fd)
+    assert cache.fill("big", 2000, lambda fd: os.pwrite(fd, b"g" * 2000, 0))
+    assert cache.lookup("a") is None and cache.open("a") is None

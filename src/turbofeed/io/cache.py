@@ -12,15 +12,24 @@ Safety under concurrent writers: a fill writes a private ``.part`` file and publ
 it with one atomic ``rename``; readers only ever open published names, so nobody sees
 half a file. The per-name lock stops two processes downloading the same object (if
 the lock cannot be used, both download and the second rename replaces identical
-bytes). Eviction unlinks least-recently-used files; a reader holding one open keeps
-reading it (POSIX keeps the inode), and a reader that finds it gone falls back to the
-network.
+bytes).
 
-Size bound: published files plus ``.part`` reservations stay below ``max_bytes``
-(a fill larger than ``max_bytes`` is refused). Room is made and the ``.part`` file
-created at full size under ``evict.lock``, so two processes never both count on the
-same free bytes. A ``.part`` whose filler died (its name lock is free) is removed the
-next time room is made; other leftovers after an hour. Index files are not counted.
+Objects in use are never evicted: :meth:`ShardCache.open` and :meth:`ShardCache.fill_open`
+return a descriptor holding a shared ``flock`` on the file (taken before the rename
+that publishes it, so there is no gap), and eviction unlinks only files it can lock
+exclusively. A reader that needs the file by name (an indexer opening it several
+times) holds such a descriptor meanwhile. A reader with a plain descriptor keeps
+reading after an eviction (POSIX keeps the inode); one that finds the name gone falls
+back to the network.
+
+Size bound: published files plus ``.part`` reservations never exceed ``max_bytes``. A
+fill larger than ``max_bytes`` is refused, and so is one that only evicting objects in
+use would make room for (nothing is evicted then; the caller reads from the network).
+Room is made and the ``.part`` file created at full size under ``evict.lock``, so two
+processes never both count on the same free bytes; if ``evict.lock`` stays held for
+10 s the fill is refused rather than made without it. A ``.part`` whose filler died
+(its name lock is free) is removed the next time room is made; other leftovers after
+an hour. Index files are not counted.
 """
 
 from __future__ import annotations
@@ -81,13 +90,19 @@ class _FileLock:
 class ShardCache:
     """Whole-object cache of bounded size (see the module docstring for the guarantees).
 
+    Invariant: bytes under ``objects/`` plus ``.part`` reservations <= ``max_bytes``;
+    an object with an open descriptor from :meth:`open` or :meth:`fill_open` stays.
+
     Args:
         root: the cache folder (all processes of a node pass the same one).
         max_bytes: bound on published + in-progress bytes; default half of
             (free space + what the cache already holds).
+        on_evict: called with the path of each file this process evicts (to drop
+            descriptors kept open elsewhere, which would hold its disk space).
     """
 
-    def __init__(self, root: str, max_bytes: int | None = None) -> None:
+    def __init__(self, root: str, max_bytes: int | None = None,
+                 on_evict: Callable[[str], None] | None = None) -> None:
         self.root = root
         self.objects = os.path.join(root, "objects")
         self.tmp = os.path.join(root, "tmp")
@@ -96,6 +111,7 @@ class ShardCache:
         if max_bytes is None:
             max_bytes = (shutil.disk_usage(root).free + self.used_bytes()) // 2
         self.max_bytes = int(max_bytes)
+        self._on_evict = on_evict
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
         self.evictions = 0
@@ -104,12 +120,28 @@ class ShardCache:
         return os.path.join(self.objects, name)
 
     def lookup(self, name: str) -> str | None:
-        """The published file of ``name``, or None; marks it recently used."""
+        """The published file of ``name``, or None; marks it recently used. Not pinned:
+        open the path at once and read through the descriptor, or use :meth:`open`."""
         path = self.path(name)
         if not os.path.exists(path):
             return None
         self.touch(name)
         return path
+
+    def open(self, name: str) -> int | None:
+        """A read-only descriptor of the published ``name`` that pins it: eviction leaves
+        the file (and its name) alone until the descriptor is closed. None when absent
+        or being evicted right now. Marks it recently used."""
+        path = self.path(name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        if not _pin(fd, path):
+            os.close(fd)
+            return None
+        self.touch(name)
+        return fd
 
     def touch(self, name: str) -> None:
         """Refresh ``name``'s recency (throttled: at most one ``utime`` per 30 s)."""
@@ -127,8 +159,24 @@ class ShardCache:
              stop: threading.Event | None = None) -> str | None:
         """Publish ``name`` (``size`` bytes written by ``write(fd)``) unless present.
 
-        Waits while another thread or process fills the same name. Returns the
-        published path, or None when ``size`` exceeds the cache bound (nothing written).
+        Returns the published path (not pinned: see :meth:`fill_open`), or None when
+        there is no room for ``size`` bytes (nothing written). Raises as :meth:`fill_open`.
+        """
+        fd = self.fill_open(name, size, write, stop)
+        if fd is None:
+            return None
+        os.close(fd)
+        return self.path(name)
+
+    def fill_open(self, name: str, size: int, write: Callable[[int], None],
+                  stop: threading.Event | None = None) -> int | None:
+        """Publish ``name`` unless present, like :meth:`fill`, and return a pinned
+        descriptor of it (see :meth:`open`; the caller closes it), so nothing evicts
+        the file between its publication and its use.
+
+        Waits while another thread or process fills the same name. Returns None when
+        ``size`` exceeds the bound or room cannot be made without evicting objects in
+        use (nothing written).
 
         Raises:
             whatever ``write`` raises (the ``.part`` file is removed, nothing is published).
@@ -138,33 +186,34 @@ class ShardCache:
             return None
         lock = _FileLock(self.path(name) + ".lock")
         while not lock.try_acquire():
-            if os.path.exists(self.path(name)):
-                return self.lookup(name)
+            fd = self.open(name)
+            if fd is not None:
+                return fd
             if stop is not None and stop.is_set():
                 raise InterruptedError(f"stopped while waiting for {name}")
             time.sleep(_POLL_S)
         try:
-            found = self.lookup(name)
+            found = self.open(name)
             if found is not None:
                 return found
             part = os.path.join(self.tmp, f"{name}.{os.getpid()}.{threading.get_ident()}.part")
             fd = self._reserve(part, size, name)
+            if fd is None:
+                return None
             try:
                 write(fd)
                 # Data on disk before the name: after a power loss the rename could
                 # otherwise survive with the blocks not, publishing a zero-filled shard.
                 os.fsync(fd)
+                if fcntl is not None:  # pinned before it has its name: no eviction gap
+                    fcntl.flock(fd, fcntl.LOCK_SH)
                 os.rename(part, self.path(name))  # atomic publish
             except BaseException:
-                try:
-                    os.unlink(part)
-                except OSError:
-                    pass
-                raise
-            finally:
                 os.close(fd)
+                _unlink(part)
+                raise
             self.touch(name)
-            return self.path(name)
+            return fd
         finally:
             lock.release()
 
@@ -189,13 +238,16 @@ class ShardCache:
             out.append((entry.path, st.st_size, st.st_mtime))
         return out
 
-    def _reserve(self, part: str, size: int, name: str) -> int:
+    def _reserve(self, part: str, size: int, name: str) -> int | None:
         """Make room and create ``part`` at its full size, under the eviction lock, so two
-        processes cannot both see the same free room; returns its open descriptor.
-        The caller holds ``name``'s lock."""
+        processes cannot both see the same free room; returns its open descriptor, or
+        None when there is no room. The caller holds ``name``'s lock."""
         lock = self._evict_lock()
+        if lock is None:
+            return None
         try:
-            self._make_room_locked(size, filling=name)
+            if not self._make_room_locked(size, filling=name):
+                return None
             fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, size)  # sparse, but its size counts for everyone from now on
@@ -207,42 +259,62 @@ class ShardCache:
         finally:
             lock.release()
 
-    def _evict_lock(self) -> _FileLock:
+    def _evict_lock(self) -> _FileLock | None:
+        """The node's eviction lock, or None after 10 s (the caller then does without
+        the room rather than risk two processes counting on the same bytes)."""
         lock = _FileLock(os.path.join(self.root, "evict.lock"))
         deadline = time.monotonic() + 10.0
         while not lock.try_acquire():  # another process is evicting; it is quick
             if time.monotonic() > deadline:
-                log.warning("turbofeed: %s held for 10 s; making room without it", lock.path)
-                break
+                log.warning("turbofeed: %s held for 10 s; not caching meanwhile", lock.path)
+                return None
             time.sleep(_POLL_S)
         return lock
 
-    def make_room(self, incoming: int) -> None:
-        """Unlink least-recently-used objects until ``incoming`` more bytes fit."""
+    def make_room(self, incoming: int) -> bool:
+        """Unlink least-recently-used objects not in use until ``incoming`` more bytes
+        fit; False (nothing evicted) when they cannot."""
         lock = self._evict_lock()
+        if lock is None:
+            return False
         try:
-            self._make_room_locked(incoming)
+            return self._make_room_locked(incoming)
         finally:
             lock.release()
 
-    def _make_room_locked(self, incoming: int, filling: str | None = None) -> None:
+    def _make_room_locked(self, incoming: int, filling: str | None = None) -> bool:
         now = time.time()
-        parts = []
+        parts = 0
         for path, size, mtime in self._entries(self.tmp):
             if now - mtime > _STALE_PART_S or self._dead_part(path, filling):
                 _unlink(path)
             else:
-                parts.append(size)
+                parts += size
         objects = sorted(self._entries(), key=lambda e: e[2])
-        used = sum(parts) + sum(size for _, size, _ in objects)
-        for path, size, _ in objects:
-            if used + incoming <= self.max_bytes:
-                break
-            if _unlink(path):
-                used -= size
-                self.evictions += 1
-                log.debug("turbofeed: cache evicted %s (%d bytes)", path, size)
-
+        used = parts + sum(size for _, size, _ in objects)
+        victims: list[tuple[str, int, int]] = []  # held exclusively: no reader can pin them now
+        try:
+            for path, size, _ in objects:
+                if used + incoming <= self.max_bytes:
+                    break
+                fd = _lock_unused(path)
+                if fd == _GONE:
+                    used -= size
+                elif fd is not None:
+                    victims.append((path, size, fd))
+                    used -= size
+            if used + incoming > self.max_bytes:
+                return False  # only objects in use stand in the way: evict none
+            for path, size, _ in victims:
+                if _unlink(path):
+                    self.evictions += 1
+                    log.debug("turbofeed: cache evicted %s (%d bytes)", path, size)
+                    if self._on_evict is not None:
+                        self._on_evict(path)
+            return True
+        finally:
+            for _, _, fd in victims:
+                os.close(fd)
 
     def _dead_part(self, path: str, filling: str | None) -> bool:
         """A ``<name>.<pid>.<tid>.part`` nobody fills: its name lock is free (the filler
@@ -258,6 +330,48 @@ class ShardCache:
             return False
         lock.release()
         return True
+
+
+_GONE = -1  # _lock_unused: the file is no longer there
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def _pin(fd: int, path: str) -> bool:
+    """Take a shared flock on ``fd`` (open on ``path``); False when it is being evicted
+    or was (the lock came after the unlink: ``path`` is gone or another file)."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False
+    return _same_file(fd, path)
+
+
+def _lock_unused(path: str) -> int | None:
+    """A descriptor holding ``path``'s exclusive flock (nobody has it pinned), None when
+    it is in use, or ``_GONE``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return _GONE
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+    if not _same_file(fd, path):  # replaced meanwhile: count the new file as in use
+        os.close(fd)
+        return _GONE if not os.path.exists(path) else None
+    return fd
 
 
 def _unlink(path: str) -> bool:

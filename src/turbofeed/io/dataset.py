@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -13,8 +14,10 @@ from tqdm.auto import tqdm
 
 from ..errors import DatasetError
 from .arrays import parse_options
+from .files import FileRef, file_id
 from .folder import FolderSource
 from .formats import ARRAY_FORMATS, open_source
+from .labels import label_ids
 from .paths import PathSpec, resolve
 from .source import Source
 from .tar import TarSource
@@ -30,8 +33,12 @@ class Dataset:
     """The concatenation of the sources a path spec names.
 
     Global id ``g`` lives in source ``k`` where ``starts[k] <= g < starts[k+1]``.
-    Integer labels are kept; class names (``.txt``/JSON strings) become ids in sorted
-    name order; samples without a label get ``-1``.
+    Labels: see :func:`turbofeed.io.labels.label_ids` (integer labels kept, class names
+    by their position in ``classes`` or, without it, in sorted order with a warning;
+    samples without a label get ``-1``).
+
+    Every local file is remembered by its identity; :meth:`refresh` re-indexes the ones
+    that changed on disk (a loader calls it when an epoch starts).
 
     Args:
         spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.paths.resolve`).
@@ -44,12 +51,16 @@ class Dataset:
         s3: endpoint, credentials and limits for ``s3://`` shards (an
             :class:`~turbofeed.io.s3client.S3Config`; default: the process default). Their
             node cache lives under ``cache_dir``.
+        classes: the class names, in id order, for datasets labelled by name (``.txt``,
+            JSON strings, ImageFolder folders): ``"cat"`` gets ``classes.index("cat")``
+            whatever names this particular data holds, so train and val agree.
     """
 
     def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
                  format: str | None = None, format_options: dict | None = None,
-                 s3: S3Config | None = None) -> None:
+                 s3: S3Config | None = None, classes: Sequence[str] | None = None) -> None:
         parse_options(format_options)  # a misspelt option fails before any file is opened
+        self.classes = _check_classes(classes)
         located = resolve(spec, format, s3=s3)
         remote = [path for kind, path in located if kind == "s3"]
         self.s3: S3Shards | None = None
@@ -58,45 +69,70 @@ class Dataset:
 
             self.s3 = S3Shards(remote, config=s3, cache_dir=cache_dir)
 
-        def open_one(item: tuple[str, str]) -> Source:
+        def open_one(item: tuple[str, str]) -> tuple[Source, FileRef | None]:
             kind, path = item
             if kind == "tar":
-                return TarSource(path, on_damage=on_damage, cache_dir=cache_dir)
+                source = TarSource(path, on_damage=on_damage, cache_dir=cache_dir)
+                return source, None  # it checks its own identity (changed())
             if kind == "s3":
-                return self.s3.open(path, on_damage=on_damage)
+                return self.s3.open(path, on_damage=on_damage), None  # cached by ETag
+            if kind in ("hdf5", "npy", "parquet") and not path.startswith("s3://"):
+                ref = FileRef(path, file_id(path))  # before opening: a later change shows
+                return open_source(kind, path, format_options, s3=s3), ref
             if kind in ARRAY_FORMATS:
-                return open_source(kind, path, format_options, s3=s3)
-            return FolderSource(path)
+                return open_source(kind, path, format_options, s3=s3), None
+            return FolderSource(path, classes=self.classes), None
 
+        self._located = located
+        self._open_one = open_one
         # Index files are small reads: threads overlap their latency on slow disks.
         with ThreadPoolExecutor(max_workers=min(8, len(located))) as pool:
-            self.sources: list[Source] = list(tqdm(
+            opened = list(tqdm(
                 pool.map(open_one, located), total=len(located), desc="turbofeed: indexing",
                 unit="shard", disable=True if len(located) < 32 else None, leave=False))
+        self.sources: list[Source] = [source for source, _ in opened]
+        self._refs = [ref for _, ref in opened]
+        _log_problems(self.sources)
+        self._join()
+
+    def _join(self) -> None:
+        """Global ids, problems, damage and labels of the current sources."""
+        located = self._located
         counts = np.array([len(s.table) for s in self.sources], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_samples = int(self.starts[-1])
         self._start_list = self.starts.tolist()
         self.problems = [(s.path, key, why) for s in self.sources for key, why in s.table.problems]
-        for path, key, why in self.problems[:20]:
-            log.warning("turbofeed: skipping %s/%s while indexing: %s", path, key, why)
-        if len(self.problems) > 20:
-            log.warning("turbofeed: ... and %d more samples skipped while indexing",
-                        len(self.problems) - 20)
         self.damaged = [s.path for s in self.sources if getattr(s, "damage", None) is not None]
         if self.num_samples == 0:
             names = ", ".join(p for _, p in located[:3]) + (" ..." if len(located) > 3 else "")
             raise DatasetError(f"no samples found in {names} ({len(located)} source(s); "
-                               f"{len(self.problems)} entries without a usable image)")
-        self.labels, self.class_names = self._label_array()
+                               f"{len(self.problems)} entries without a usable image"
+                               + (f"; {len(self.damaged)} damaged or empty" if self.damaged else "") + ")")
+        self.labels, self.class_names = label_ids(self.sources, self.classes)
 
-    def _label_array(self) -> tuple[np.ndarray, list[str] | None]:
-        raw = [label for s in self.sources for label in s.table.labels]
-        names = sorted({x for x in raw if isinstance(x, str)})
-        if not names:
-            return np.array([-1 if x is None else x for x in raw], dtype=np.int64), None
-        ids = {name: i for i, name in enumerate(names)}
-        return np.array([-1 if x is None else ids.get(x, x) for x in raw], dtype=np.int64), names
+    def refresh(self) -> list[str]:
+        """Re-index every source whose file changed on disk since it was indexed (replaced
+        by rename, rewritten in place, truncated) and drop its open files and maps, so no
+        read goes through the old offsets. Returns the paths re-indexed (usually none:
+        one ``stat`` per local file).
+
+        Raises:
+            DatasetError: a changed file is now unreadable under ``on_damage="raise"``, or
+                the dataset has no samples left.
+        """
+        changed = [k for k, s in enumerate(self.sources)
+                   if (s.changed() if isinstance(s, TarSource) else
+                       self._refs[k] is not None and self._refs[k].changed())]
+        for k in changed:
+            log.warning("turbofeed: %s changed on disk since it was indexed; re-indexing it",
+                        self.sources[k].path)
+            self.sources[k].close()
+            self.sources[k], self._refs[k] = self._open_one(self._located[k])
+        if changed:
+            _log_problems([self.sources[k] for k in changed])
+            self._join()
+        return [self.sources[k].path for k in changed]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -145,3 +181,25 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset(samples={self.num_samples}, sources={len(self.sources)})"
+
+
+def _log_problems(sources: list[Source]) -> None:
+    problems = [(s.path, key, why) for s in sources for key, why in s.table.problems]
+    for path, key, why in problems[:20]:
+        log.warning("turbofeed: skipping %s/%s while indexing: %s", path, key, why)
+    if len(problems) > 20:
+        log.warning("turbofeed: ... and %d more samples skipped while indexing", len(problems) - 20)
+
+
+def _check_classes(classes: Sequence[str] | None) -> list[str] | None:
+    if classes is None:
+        return None
+    if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
+        raise TypeError(f"classes must be a list of class names (str), got {classes!r:.80}")
+    names = list(classes)
+    if len(set(names)) != len(names):
+        twice = sorted({c for c in names if names.count(c) > 1})
+        raise ValueError(f"classes lists {twice[:5]} more than once; each name needs one id")
+    if not names:
+        raise ValueError("classes is empty; pass None to number the names found in the data")
+    return names

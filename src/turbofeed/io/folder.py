@@ -30,20 +30,31 @@ class FolderSource:
     """An image folder, the torchvision ``ImageFolder`` way.
 
     Class ids are the positions of the class folder names in sorted order, as torchvision
-    assigns them, except that hidden folders (``.ipynb_checkpoints``) are not classes. Images directly in ``root`` (no class folders) get no
-    label. The sample key is the path below ``root`` without its extension.
+    assigns them, except that hidden folders (``.ipynb_checkpoints``) are not classes; with
+    ``classes``, their positions in that list (a split missing a class then keeps the ids
+    of the others). Images directly in ``root`` (no class folders) get no label. The sample
+    key is the path below ``root`` without its extension.
+
+    Raises:
+        DatasetError: no images, or a class folder not in ``classes``.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, classes: list[str] | None = None) -> None:
         self.path = root
-        classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-        self.classes = classes
+        found = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+        if classes is not None and found:
+            unknown = [c for c in found if c not in classes]
+            if unknown:
+                raise DatasetError(f"{root}: class folders not among the {len(classes)} classes given: "
+                                   f"{unknown[:5]}; add them to classes=[...] or move them out")
+        self.classes = list(classes) if classes is not None and found else found
+        ids = {name: i for i, name in enumerate(self.classes)}
         table = SampleTable()
-        if classes:
-            for label, cls in enumerate(classes):
+        if found:
+            for cls in found:
                 for rel in _images_under(os.path.join(root, cls)):
                     table.image_names.append(f"{cls}/{rel}")
-                    table.labels.append(label)
+                    table.labels.append(ids[cls])
         else:
             table.image_names = [n for n in sorted(os.listdir(root)) if _is_image(n)]
             table.labels = [None] * len(table.image_names)

@@ -4,7 +4,8 @@ and opening the array/table sources.
 =========  ================================  ===========================  ===========
 format     recognised by                     source                       extra
 =========  ================================  ===========================  ===========
-tar        ``.tar``                          :class:`TarSource`           (core)
+tar        ``.tar`` ``.tar.gz`` ``.tgz``     :class:`TarSource`           (core)
+           ``.tar.bz2`` ``.tar.xz``
 folder     any other directory               :class:`FolderSource`        (core)
 hdf5       ``.h5 .hdf5 .hdf .he5``           :class:`HDF5Source`          ``hdf5``
 zarr       ``.zarr`` or Zarr metadata        :class:`ZarrSource`          ``zarr``
@@ -27,7 +28,7 @@ from .zarr_store import is_zarr_store
 
 FORMATS = ("tar", "folder", "hdf5", "zarr", "npy", "parquet")
 EXTENSIONS = {
-    "tar": (".tar",),
+    "tar": (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst"),  # zstd: reported
     "hdf5": (".h5", ".hdf5", ".hdf", ".he5"),
     "zarr": (".zarr",),
     "npy": (".npy",),
@@ -80,7 +81,7 @@ def expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]] | 
             raise DatasetError(f"{path}: no {'/'.join(EXTENSIONS[format])} files in this folder "
                                f"(format={format!r})")
         return found
-    if any(f.endswith(".tar") for f in files) or any(
+    if any(f.endswith(EXTENSIONS["tar"]) for f in files) or any(
             e.is_dir() and not e.name.startswith(".") for e in os.scandir(path)):
         return None  # tar shards, or class folders of an ImageFolder (as before)
     for fmt in ("parquet", "hdf5", "npy"):

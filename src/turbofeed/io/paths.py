@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Union
 
 from ..errors import DatasetError
-from .formats import check_format, classify_file, expand_dir
+from .formats import EXTENSIONS, check_format, classify_file, expand_dir
 
 if TYPE_CHECKING:
     from .s3client import S3Config
@@ -97,12 +97,14 @@ def resolve(spec: PathSpec, format: str | None = None, *,
 
 
 def _expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
-    """A directory of .tar shards is a shard list; a Zarr store or a folder of array/table
-    files is those (:func:`turbofeed.io.formats.expand_dir`); any other is an ImageFolder."""
+    """A directory of tar shards (plain or compressed: every one of them, zero-byte ones
+    included, so none is left out without a word) is a shard list; a Zarr store or a folder
+    of array/table files is those (:func:`turbofeed.io.formats.expand_dir`); any other is
+    an ImageFolder."""
     found = expand_dir(path, format)
     if found is not None:
         return found
-    tars = sorted(e.path for e in os.scandir(path) if e.is_file() and e.name.endswith(".tar"))
+    tars = sorted(e.path for e in os.scandir(path) if e.is_file() and e.name.endswith(EXTENSIONS["tar"]))
     return [("tar", t) for t in tars] if tars else [("folder", path)]
 
 
@@ -110,10 +112,7 @@ def _classify(path: str, format: str | None = None) -> tuple[str, str]:
     found = classify_file(path, format)
     if found is not None:
         return found
-    if path.endswith(".tar"):
+    if path.endswith(EXTENSIONS["tar"]):
         return "tar", path
-    if path.endswith((".tar.gz", ".tgz")):
-        raise DatasetError(f"{path}: compressed tar; turbofeed reads plain .tar shards "
-                           "(decompress once with `gunzip`) for random access")
-    raise DatasetError(f"{path}: not a .tar shard, a folder or a known array/table file "
-                       "(.h5, .zarr, .npy, .parquet); pass format=... to say what it is")
+    raise DatasetError(f"{path}: not a .tar shard (or .tar.gz, .tgz, .tar.bz2, .tar.xz), a folder or a "
+                       "known array/table file (.h5, .zarr, .npy, .parquet); pass format=... to say what it is")

@@ -1,12 +1,17 @@
-"""``s3://`` WebDataset shards as sources: listing, indexes, node cache and shard prefetch.
+"""``s3://`` WebDataset shards as sources: indexes, node cache and shard prefetch
+(listing: :mod:`turbofeed.io.s3urls`).
 
 How a shard is read (``S3TarSource``):
 
 1. **Index** (at dataset construction): from the local index cache, keyed by URL +
    ETag + size, so a second run costs one LIST and no GET. On a miss the shard is
    downloaded once into the node cache with parallel ranged GETs and indexed there
-   with the same code as a local tar (labels included); the copy stays cached for the
-   epoch. Shards are indexed 8 at a time.
+   with the same code as a local tar (labels included), pinned meanwhile so that no
+   eviction removes it under the indexer; the copy stays cached for the epoch. A shard
+   the cache has no room for (larger than its bound, or the room is in use) is indexed
+   from a private temporary copy (a unique name under ``s3-indexing/``, outside the
+   bounded cache, removed at once). The copy's size must be the object's, or nothing
+   is indexed or stored. Shards are indexed 8 at a time.
 2. **Samples**: from the cached copy with one ``pread`` when it is there; otherwise one
    ranged GET of exactly the sample's bytes (from the loader's worker threads, so as
    many in flight as there are workers), and the shard is queued for prefetch. Every
@@ -17,152 +22,42 @@ How a shard is read (``S3TarSource``):
    reads move from the network to the local disk early in the first epoch. Prefetch
    is on only when the whole dataset fits in the cache bound; otherwise a shuffled
    epoch would evict shards before their samples are read, and member GETs are cheaper.
+
+Objects that cannot be read as shards (zero bytes; compressed: no random access with
+ranged GETs) are not downloaded: their source has no samples and a ``damage`` that
+says why, so the dataset warns, lists them in ``damaged`` and raises under
+``on_damage="raise"``, as for a damaged local shard.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import glob
+import functools
 import logging
 import os
+import tempfile
 import threading
 import time
 import weakref
 from collections import deque
 
-
 from ..errors import DatasetError
 from .cache import ShardCache, object_name
 from .files import FILES
-from .paths import expand_braces
 from .retry import RemoteError
-from .s3client import ObjectInfo, S3Client, S3Config, default_config, parse_size, parse_url
+from .s3client import ObjectInfo, S3Config, S3Stats, default_config, parse_size
 from .s3errors import changed, not_found
+from .s3urls import COMPRESSED, close_clients, resolve_urls, shared_client, stat
 from .tar import TarDamage, _build_index, cached_index, default_cache_dir, table_from_index
 
 log = logging.getLogger("turbofeed")
 
-_CLIENTS: dict[tuple, S3Client] = {}
-_CLIENTS_LOCK = threading.Lock()
-# Sizes and ETags found while resolving a spec, handed to the S3Shards built right after
-# it (taken once, so a later dataset looks again and sees a replaced object).
-_KNOWN_TTL_S = 60.0
-_KNOWN: dict[tuple[str, str], tuple[float, ObjectInfo]] = {}
+__all__ = ["S3Shards", "S3TarSource", "close_clients", "resolve_urls", "shared_client", "stat"]
+
 _JOIN_TIMEOUT_S = 5.0
-
-
-def shared_client(config: S3Config | None = None) -> S3Client:
-    """The process's one :class:`S3Client` for ``config`` (default: the configured default)
-    and the current ``AWS_*`` variables."""
-    config = config or default_config()
-    key = (config, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            client = _CLIENTS[key] = S3Client(config)
-        return client
-
-
-def close_clients() -> None:
-    """Close the shared clients (tests, interpreter exit); later calls make new ones."""
-    with _CLIENTS_LOCK:
-        clients = list(_CLIENTS.values())
-        _CLIENTS.clear()
-        _KNOWN.clear()
-    for client in clients:
-        client.close()
-
-
-def _remember(client: S3Client, infos: list[ObjectInfo]) -> None:
-    now = time.monotonic()
-    for info in infos:
-        _KNOWN[(client.endpoint, info.url)] = (now, info)
-
-
-def stat(url: str, client: S3Client) -> ObjectInfo:
-    """Size and ETag of ``url``: from the listing that resolved it a moment ago, else a HEAD."""
-    hit = _KNOWN.pop((client.endpoint, url), None)
-    if hit is not None and time.monotonic() - hit[0] < _KNOWN_TTL_S:
-        return hit[1]
-    return client.head(url)
-
-
-def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
-    """Expand an ``s3://`` spec into shard URLs, checking that they exist.
-
-    ``s3://b/train/shard-{000..099}.tar`` (braces), ``s3://b/train/*.tar`` (glob),
-    ``s3://b/train/`` or ``s3://b/train`` (every ``.tar`` below the prefix, sorted).
-    One LIST per folder, not one request per shard.
-
-    Raises:
-        DatasetError: objects are missing, a prefix holds no ``.tar``, an object is not a
-            plain tar, no credentials were found, or the endpoint cannot be reached
-            (fails within about a second: see :class:`~turbofeed.io.s3client.S3Config`).
-    """
-    out: list[str] = []
-    exact: list[str] = []
-    try:
-        client = shared_client(config)
-        for url in expand_braces(text):
-            bucket, key = parse_url(url)
-            if glob.has_magic(key):
-                head = key[:min(key.find(c) for c in "*?[" if c in key)]
-                hits = [o for o in client.list(f"s3://{bucket}/{head}")
-                        if fnmatch.fnmatchcase(o.url, url)]
-                _remember(client, hits)
-                if not hits:
-                    raise DatasetError(f"{url}: pattern matches no objects")
-                out.extend(_check_tars(hits))
-            elif key.endswith(".tar"):
-                exact.append(url)
-                out.append(url)
-            elif key.endswith((".tar.gz", ".tgz")):
-                raise DatasetError(f"{url}: compressed tar; turbofeed reads plain .tar shards "
-                                   "(decompress once with `gunzip`) for random access")
-            else:
-                folder = url if url.endswith("/") or not key else url + "/"
-                hits = [o for o in client.list(folder) if o.url.endswith(".tar")]
-                if not hits:
-                    raise DatasetError(f"{folder}: no .tar objects under this prefix")
-                _remember(client, hits)
-                out.extend(o.url for o in hits)
-        _check_exist(exact, client)
-    except RemoteError as exc:
-        raise DatasetError(str(exc) if text in str(exc) else f"{text}: {exc}") from exc
-    except ValueError as exc:  # a malformed URL (no bucket)
-        raise DatasetError(str(exc)) from exc
-    return out
-
-
-def _check_tars(hits: list[ObjectInfo]) -> list[str]:
-    for o in hits:
-        if not o.url.endswith(".tar"):
-            raise DatasetError(f"{o.url}: not a .tar shard")
-    return [o.url for o in hits]
-
-
-def _check_exist(urls: list[str], client: S3Client) -> None:
-    """Find every URL with one LIST per folder (HEAD when a folder has few of them)."""
-    folders: dict[str, list[str]] = {}
-    for url in urls:
-        folders.setdefault(url[:url.rfind("/") + 1], []).append(url)
-    missing = []
-    for folder, members in folders.items():
-        if len(members) > 4:
-            listed = {o.url: o for o in client.list(folder)}
-            _remember(client, [listed[u] for u in members if u in listed])
-            missing.extend(u for u in members if u not in listed)
-        else:
-            for url in members:
-                try:
-                    _remember(client, [client.head(url)])
-                except RemoteError as exc:
-                    if not not_found(exc):
-                        raise
-                    missing.append(url)
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise DatasetError(f"no such object: {shown}")
+# Bumped when s3:// indexes built earlier must not be trusted. 2: built from a private,
+# size-checked copy (1 could read labels from another thread's copy of another shard).
+_S3_INDEX = 2
+_STALE_COPY_S = 3600.0  # a temporary index copy this old belongs to a dead process
 
 
 def _cache_limit(config: S3Config) -> int | None:
@@ -189,7 +84,7 @@ class S3Shards:
         self.config = config or default_config()
         cache_dir = cache_dir or default_cache_dir()
         self.index_dir = os.path.join(cache_dir, "s3-index")
-        self.cache = ShardCache(os.path.join(cache_dir, "s3"), _cache_limit(self.config))
+        self.scratch = os.path.join(cache_dir, "s3-indexing")
         self.infos: dict[str, ObjectInfo] = {}
         try:
             self.client = shared_client(self.config)
@@ -202,6 +97,8 @@ class S3Shards:
                     raise
         except RemoteError as exc:
             raise DatasetError(str(exc)) from exc
+        self.cache = ShardCache(os.path.join(cache_dir, "s3"), _cache_limit(self.config),
+                                on_evict=functools.partial(_evicted, self.client.stats))
         total = sum(i.size for i in self.infos.values())
         self.prefetch = self.config.prefetch_shards > 0 and total <= self.cache.max_bytes
         self.sources: list[S3TarSource] = []
@@ -218,10 +115,14 @@ class S3Shards:
     def open(self, url: str, *, on_damage: str = "skip") -> S3TarSource:
         """Index one shard (see the module docstring) and return its source."""
         info = self.infos[url]
-        try:
-            index = self._index(info)
-        except RemoteError as exc:
-            raise DatasetError(f"{url}: cannot index: {exc}") from exc
+        unreadable = _unreadable(info)
+        if unreadable is not None:
+            index = {"rows": [], "problems": [], "damage": TarDamage(0, unreadable, cut=False).as_list()}
+        else:
+            try:
+                index = self._index(info)
+            except (RemoteError, OSError) as exc:
+                raise DatasetError(f"{url}: cannot index: {exc}") from exc
         src = S3TarSource(info, index, self, on_damage=on_damage)
         with self._cond:
             self._by_index[self._order[url]] = src
@@ -231,43 +132,58 @@ class S3Shards:
         return os.path.join(self.index_dir, object_name(info.url, info.etag, info.size, ".json"))
 
     def _index(self, info: ObjectInfo) -> dict:
-        return cached_index(self._index_path(info), {"etag": info.etag, "size": info.size},
-                            lambda: self._build(info), info.url)
+        key = {"etag": info.etag, "size": info.size, "url": info.url, "s3_index": _S3_INDEX}
+        return cached_index(self._index_path(info), key, lambda: self._build(info), info.url)
 
     def _build(self, info: ObjectInfo) -> dict:
-        """Index from the node cache's copy, downloading it there first (or to a
-        temporary file when it is larger than the whole cache)."""
-        path = self.fetch(info)
-        temporary = path is None
-        if temporary:
-            path = os.path.join(self.cache.tmp, f"index.{os.getpid()}.{threading.get_ident()}.tar")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        """Index the node cache's copy (downloaded there first if needed), pinned while
+        it is read; without room in the cache, a private temporary copy."""
+        fd = self._cached_copy(info)
+        if fd is None:
+            index = self._build_from_temporary_copy(info)
+        else:
             try:
-                self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+                index = _index_copy(info, fd, self.cache.path(_cache_name(info)))
             finally:
-                os.close(fd)
-        try:
-            index = _build_index(path)
-        finally:
-            if temporary:
-                os.unlink(path)
-        index.update(etag=info.etag, size=info.size, url=info.url)
+                os.close(fd)  # unpins it
+        index.update(etag=info.etag, size=info.size, url=info.url, s3_index=_S3_INDEX)
         return index
 
-    def fetch(self, info: ObjectInfo) -> str | None:
-        """The node cache's copy of the object, downloaded if needed; None if it cannot fit."""
-        name = object_name(info.url, info.etag, info.size, ".tar")
-        found = self.cache.lookup(name)
-        if found is not None:
-            return found
+    def _build_from_temporary_copy(self, info: ObjectInfo) -> dict:
+        # A unique name (not one per pid and thread id: those are reused, by the next
+        # shard of the same thread, by another container's process with the same pid)
+        # and outside the bounded cache: the copy may be larger than the whole bound.
+        os.makedirs(self.scratch, exist_ok=True)
+        _remove_stale(self.scratch)
+        fd, path = tempfile.mkstemp(prefix="index-", suffix=".tar", dir=self.scratch)
+        try:
+            self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+            return _index_copy(info, fd, path)
+        finally:
+            os.close(fd)
+            _unlink(path)
+
+    def _cached_copy(self, info: ObjectInfo) -> int | None:
+        """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
+        downloaded there if needed; None when the cache has no room for it."""
+        name = _cache_name(info)
+        fd = self.cache.open(name)
+        if fd is not None:
+            return fd
 
         def write(fd: int) -> None:
             self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
             self.client.stats.add(shards_downloaded=1)
-        before = self.cache.evictions
-        path = self.cache.fill(name, info.size, write, self._stop)
-        self.client.stats.add(evictions=self.cache.evictions - before)
-        return path
+        return self.cache.fill_open(name, info.size, write, self._stop)
+
+    def fetch(self, info: ObjectInfo) -> str | None:
+        """The node cache's copy of the object, downloaded if needed; None if it cannot fit.
+        Not pinned: open it at once and read through the descriptor."""
+        fd = self._cached_copy(info)
+        if fd is None:
+            return None
+        os.close(fd)
+        return self.cache.path(_cache_name(info))
 
     # ----- prefetch ------------------------------------------------------------------
     def want(self, src: S3TarSource) -> None:
@@ -328,6 +244,51 @@ def _prefetch_loop(ref: weakref.ref, stop: threading.Event, cond: threading.Cond
             del shards
 
 
+def _cache_name(info: ObjectInfo) -> str:
+    return object_name(info.url, info.etag, info.size, ".tar")
+
+
+def _unreadable(info: ObjectInfo) -> str | None:
+    """Why an object named as a shard is not read at all, or None."""
+    if info.url.endswith(COMPRESSED):
+        return ("compressed tar, not read from s3:// (no random access into it with ranged "
+                "GETs): decompress it once (e.g. `gunzip`) and upload the plain .tar")
+    if info.size == 0:
+        return "empty object (0 bytes)"
+    return None
+
+
+def _index_copy(info: ObjectInfo, fd: int, path: str) -> dict:
+    """The tar index of ``path`` (open as ``fd``), a local copy of ``info``'s object."""
+    size = os.fstat(fd).st_size
+    if size != info.size:  # never index, nor store an index of, bytes of another file
+        raise OSError(f"the local copy {path} holds {size} bytes, the object {info.size}")
+    return _build_index(path)
+
+
+def _evicted(stats: S3Stats, path: str) -> None:
+    FILES.close(path)  # this process's descriptor would hold the evicted file's disk space
+    stats.add(evictions=1)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_stale(folder: str) -> None:
+    """Remove temporary copies left by dead processes (live ones write theirs now)."""
+    now = time.time()
+    for entry in os.scandir(folder):
+        try:
+            if now - entry.stat().st_mtime > _STALE_COPY_S:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+
+
 def _stop_threads(stop: threading.Event, cond: threading.Condition, threads: list) -> None:
     stop.set()
     with cond:
@@ -350,15 +311,14 @@ class S3TarSource:
         self.path = info.url
         self.info = info
         self._shards = shards
-        self._name = object_name(info.url, info.etag, info.size, ".tar")
+        self._name = _cache_name(info)
         self._local: str | None = shards.cache.lookup(self._name)
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
         if self.damage is not None:
-            message = (f"{self.path}: truncated or corrupt at byte offset {self.damage.offset}: "
-                       f"{self.damage.reason}")
+            message = self.damage.describe(self.path, len(index["rows"]))
             if on_damage == "raise":
                 raise DatasetError(message)
-            log.warning("turbofeed: %s; using the %d samples before it", message, len(index["rows"]))
+            log.warning("turbofeed: %s", message)
         self.table = table_from_index(index)
 
     def read(self, i: int) -> bytes:

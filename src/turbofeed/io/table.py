@@ -32,18 +32,20 @@ def split_key(name: str) -> tuple[str, str]:
 
 
 def parse_label(ext: str, payload: bytes) -> Label:
-    """Turn a ``.cls``/``.txt``/``.json`` payload into an int label or a class name.
+    """Turn a ``.cls``/``.txt``/``.json`` payload into an int label or a class name; None
+    for a JSON object without a label field (img2dataset/LAION metadata: an unlabelled
+    sample, delivered with label -1, not a bad one).
 
     Raises:
-        ValueError: the payload is not a label (empty, bad JSON, no label field).
+        ValueError: the payload is not a label (empty, bad JSON, a label of another type).
     """
     text = payload.decode("utf-8").strip()
     if ext == "json":
         value = json.loads(text)
         if isinstance(value, dict):
             found = [value[f] for f in _JSON_LABEL_FIELDS if f in value]
-            if not found:
-                raise ValueError(f"JSON label has none of the fields {_JSON_LABEL_FIELDS}")
+            if not found or found[0] is None:
+                return None
             value = found[0]
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(f"JSON label {value!r} is neither an integer nor a class name")

@@ -3,7 +3,9 @@
 The index is built from the 512-byte headers only (``tarfile`` seeks over payloads);
 small label members are read while indexing so labels cost no I/O later. It is cached
 as JSON under the cache directory, keyed by the shard's absolute path and checked
-against its size and modification time.
+against the file's identity (device, inode, size, mtime_ns, ctime_ns: see
+:class:`turbofeed.io.files.FileId`), so a shard replaced by rename or rewritten in place
+is indexed anew. Compressed shards are read from a plain copy (:mod:`.compressed`).
 """
 
 from __future__ import annotations
@@ -13,20 +15,23 @@ import json
 import logging
 import os
 import tarfile
-import threading
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import DatasetError
-from .files import FILES, views_enabled
+from .compressed import compression_of, plain_copy
+from .files import FILES, FileId, FileRef, file_id, views_enabled
 from .table import (Label, SampleTable, group_members, parse_label, pick_image, pick_label_member,
                     split_key)
 
 log = logging.getLogger("turbofeed")
 
-INDEX_VERSION = 2  # 2: damaged headers detected (indexes of 1 may have missed them)
+# 2: damaged headers detected; 3: keyed by file identity, duplicate member names
+# reported, JSON without a label field is an unlabelled sample
+INDEX_VERSION = 3
 _MAX_LABEL_BYTES = 64 * 1024
 
 
@@ -38,62 +43,98 @@ def default_cache_dir() -> str:
 
 @dataclass
 class TarDamage:
-    """Where a shard stops being readable; members before ``offset`` are indexed."""
+    """Why a shard is reported: damage at ``offset`` that cuts it short (members before
+    it are indexed), or, with ``cut=False``, a shard with nothing usable (empty, not a
+    tar) or one with duplicate member names."""
 
     offset: int
     reason: str
+    cut: bool = True
+
+    def describe(self, path: str, samples: int) -> str:
+        if self.cut:
+            return (f"{path}: truncated or corrupt at byte offset {self.offset}: {self.reason}; "
+                    f"using the {samples} samples before it")
+        return f"{path}: {self.reason}" + (f"; using its {samples} samples" if samples else "")
+
+    def as_list(self) -> list:
+        return [self.offset, self.reason, self.cut]
 
 
-
-
-def _scan(path: str) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
-    """Read member (name, data offset, size) from the headers; stop at the first damage.
+def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """Read member (name, data offset, size) from the headers of the open file ``f``; stop
+    at the first damage.
 
     The sample the damage cuts through (the cut member's, or the last one before a bad
     header) is dropped whole: it may have lost members, such as its label.
     """
     members: list[tuple[str, int, int]] = []
     damage, cut_name = None, None
-    file_size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        magic = f.read(2)
-        if magic == b"\x1f\x8b":
-            raise DatasetError(f"{path}: gzip-compressed tar; turbofeed reads plain tar shards "
-                               "(decompress it once with `gunzip`)")
-        f.seek(0)
-        try:
-            tf = tarfile.open(fileobj=f, mode="r:")
-        except tarfile.TarError as exc:
-            if file_size == 0:
-                return members, None
-            raise DatasetError(f"{path}: not a tar file ({exc})") from exc
-        try:
-            for info in tf:
-                if not info.isfile():
-                    continue
-                end = info.offset_data + info.size
-                if end > file_size:
-                    damage = TarDamage(info.offset, f"member {info.name!r} needs bytes up to "
-                                       f"{end} but the file ends at {file_size}")
-                    cut_name = info.name
-                    break
-                members.append((info.name, info.offset_data, info.size))
-        except tarfile.TarError as exc:
-            damage = TarDamage(tf.offset, f"unreadable tar header ({exc})")
-        if damage is None and tf.offset < file_size:
-            # tarfile stops quietly at a corrupt or cut header; a real end is a zero block
-            f.seek(tf.offset)
-            if f.read(512).strip(b"\0"):
-                damage = TarDamage(tf.offset, "unreadable tar header (bad checksum or cut short)")
+    if file_size == 0:
+        return members, TarDamage(0, "empty file (0 bytes)", cut=False)
+    try:
+        tf = tarfile.open(fileobj=f, mode="r:")
+    except tarfile.TarError as exc:
+        return members, TarDamage(0, f"not a tar file ({exc})", cut=False)
+    try:
+        for info in tf:
+            if not info.isfile():
+                continue
+            end = info.offset_data + info.size
+            if end > file_size:
+                damage = TarDamage(info.offset, f"member {info.name!r} needs bytes up to "
+                                   f"{end} but the file ends at {file_size}")
+                cut_name = info.name
+                break
+            members.append((info.name, info.offset_data, info.size))
+    except tarfile.TarError as exc:
+        damage = TarDamage(tf.offset, f"unreadable tar header ({exc})")
+    if damage is None and tf.offset < file_size:
+        # tarfile stops quietly at a corrupt or cut header; a real end is a zero block
+        f.seek(tf.offset)
+        if f.read(512).strip(b"\0"):
+            damage = TarDamage(tf.offset, "unreadable tar header (bad checksum or cut short)")
     if damage is not None and members:
         cut_key = split_key(cut_name or members[-1][0])[0]
         while members and split_key(members[-1][0])[0] == cut_key:
             members.pop()
+    elif members and tf.offset >= file_size:
+        # The file ends right after a member, without the end-of-archive blocks every tar
+        # writer adds: cut short between members, or a writer that never closed the
+        # archive. Which, no one can tell: report it and keep every member.
+        damage = TarDamage(file_size, "no end-of-archive marker after the last member (cut short "
+                           "between members, or never closed by its writer?)", cut=False)
     return members, damage
 
 
+def _last_copies(members: list[tuple[str, int, int]]) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """Keep the last copy of each member name, as ``tar -x`` does (an appended tar adds a
+    newer copy after the old one); say how many were superseded."""
+    last = {name: i for i, (name, _, _) in enumerate(members)}
+    if len(last) == len(members):
+        return members, None
+    dropped = [m for i, m in enumerate(members) if last[m[0]] != i]
+    kept = [m for i, m in enumerate(members) if last[m[0]] == i]
+    return kept, TarDamage(dropped[0][1], f"{len(dropped)} member names appear more than once "
+                           f"(e.g. {dropped[0][0]!r}; an appended tar?): the last copy of each is used, "
+                           "as `tar -x` would", cut=False)
+
+
 def _build_index(path: str) -> dict:
-    members, damage = _scan(path)
+    """Index ``path`` from one open descriptor, and record that file's identity: the
+    index describes exactly the bytes it read, even if the path is replaced meanwhile."""
+    with open(path, "rb") as f:
+        identity = FileId.of(os.fstat(f.fileno()))
+        members, damage = _scan(f, identity.size)
+        index = _rows(members, damage, lambda size, offset: os.pread(f.fileno(), size, offset))
+    index.update(version=INDEX_VERSION, file=identity.as_dict())
+    return index
+
+
+def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
+          pread: Callable[[int, int], bytes]) -> dict:
+    members, duplicates = _last_copies(members)
+    damage = damage or duplicates
     names = [m[0] for m in members]
     rows, problems = [], []
     for key, group in group_members(names).items():
@@ -109,15 +150,13 @@ def _build_index(path: str) -> dict:
             if size > _MAX_LABEL_BYTES:
                 problems.append((key, f"label member .{ext} is {size} bytes"))
                 continue
-            label_raw = [ext, FILES.pread(path, size, offset).decode("utf-8", "replace")]
+            label_raw = [ext, pread(size, offset).decode("utf-8", "replace")]
         name, offset, size = members[image]
         rows.append([key, name, offset, size, label_raw])
-    stat = os.stat(path)
-    return {
-        "version": INDEX_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-        "rows": rows, "problems": problems,
-        "damage": None if damage is None else [damage.offset, damage.reason],
-    }
+    if not rows and damage is None:
+        damage = TarDamage(0, f"no samples ({len(names)} members, none a usable image)"
+                           if names else "no members (an empty tar)", cut=False)
+    return {"rows": rows, "problems": problems, "damage": None if damage is None else damage.as_list()}
 
 
 def _cache_path(cache_dir: str, path: str) -> str:
@@ -126,10 +165,10 @@ def _cache_path(cache_dir: str, path: str) -> str:
 
 
 def load_index(path: str, cache_dir: str | None = None) -> dict:
-    """Return the shard's index, from the cache when it matches the file, else built and cached."""
+    """Return the shard's index, from the cache when it was built from this very file
+    (same identity), else built and cached. ``index["file"]`` is the identity indexed."""
     cache_dir = cache_dir or default_cache_dir()
-    stat = os.stat(path)
-    return cached_index(_cache_path(cache_dir, path), {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+    return cached_index(_cache_path(cache_dir, path), {"file": file_id(path).as_dict()},
                         lambda: _build_index(path), path)
 
 
@@ -146,10 +185,14 @@ def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -
     index = build()
     try:  # a read-only or full cache dir only costs a rebuild next time
         os.makedirs(os.path.dirname(cached), exist_ok=True)
-        tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(index, f)
-        os.replace(tmp, cached)  # atomic publish: readers never see half an index
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cached), suffix=".tmp")  # unique name
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(index, f)
+            os.replace(tmp, cached)  # atomic publish: readers never see half an index
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError as exc:
         log.debug("turbofeed: cannot cache the index of %s: %s", what, exc)
     return index
@@ -186,34 +229,57 @@ def table_from_index(index: dict) -> SampleTable:
 
 
 class TarSource:
-    """One WebDataset tar shard.
+    """One WebDataset tar shard, plain or compressed (``.tar.gz``/``.tgz``, bzip2, xz: read
+    from a plain copy in the cache directory, see :mod:`turbofeed.io.compressed`).
 
     Args:
         path: the shard.
-        on_damage: ``"raise"`` to fail on a truncated or corrupt shard with the file
-            and byte offset; ``"skip"`` to keep the samples before the damage and log
-            a warning.
-        cache_dir: where the index is cached (default :func:`default_cache_dir`).
+        on_damage: ``"raise"`` to fail on a truncated, corrupt, empty or unreadable shard
+            (or one with duplicate member names) with the file and byte offset; ``"skip"``
+            to keep the samples it has and log a warning (``damage`` says why).
+        cache_dir: where the index (and a compressed shard's plain copy) is cached
+            (default :func:`default_cache_dir`).
     """
 
     def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None) -> None:
         self.path = path
-        index = load_index(path, cache_dir)
+        cache_dir = cache_dir or default_cache_dir()
+        identity = file_id(path)
+        try:
+            codec = compression_of(path)
+        except DatasetError as exc:  # zstd: named, and reported like any unreadable shard
+            index = {"rows": [], "problems": [], "file": identity.as_dict(),
+                     "damage": TarDamage(0, str(exc).split(": ", 1)[1], cut=False).as_list()}
+            data_path = path
+        else:
+            data_path = plain_copy(path, identity, cache_dir) if codec else path
+            index = load_index(data_path, cache_dir)
+        # ``file`` is the shard the user named, ``_data`` the file read (a compressed
+        # shard's plain copy), each as it was indexed: reads check ``_data``, and a
+        # change to either re-indexes (changed())
+        self._data = FileRef(data_path, FileId(**index["file"]))
+        self.file = self._data if data_path == path else FileRef(path, identity)
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
         if self.damage is not None:
-            message = f"{path}: truncated or corrupt at byte offset {self.damage.offset}: " \
-                      f"{self.damage.reason}"
+            message = self.damage.describe(path, len(index["rows"]))
             if on_damage == "raise":
                 raise DatasetError(message)
-            log.warning("turbofeed: %s; using the %d samples before it", message,
-                        len(index["rows"]))
+            log.warning("turbofeed: %s", message)
         self.table = table_from_index(index)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
 
+    def changed(self) -> bool:
+        """True when the shard (or its plain copy) is not the version indexed any more."""
+        return self.file.changed() or (self._data is not self.file and self._data.changed())
+
     def read(self, i: int) -> bytes:
-        """Encoded bytes of sample ``i`` with one positional read (releases the GIL)."""
+        """Encoded bytes of sample ``i`` with one positional read (releases the GIL).
+
+        Raises:
+            FileChanged: the shard was replaced or rewritten since it was indexed.
+        """
         size = int(self.table.sizes[i])
-        data = FILES.pread(self.path, size, int(self.table.offsets[i]))
+        data = FILES.pread(self._data, size, int(self.table.offsets[i]))
         if len(data) != size:
             raise OSError(f"short read: {len(data)} of {size} bytes at offset "
                           f"{int(self.table.offsets[i])} (file changed since indexing?)")
@@ -224,10 +290,10 @@ class TarSource:
         ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
         if not self._views:
             return self.read(i)
-        return FILES.view(self.path, int(self.table.sizes[i]), int(self.table.offsets[i]))
+        return FILES.view(self._data, int(self.table.sizes[i]), int(self.table.offsets[i]))
 
     def close(self) -> None:
-        FILES.close(self.path)
+        FILES.close(self._data)
 
     def __repr__(self) -> str:
         return f"TarSource({self.path!r}, samples={len(self.table)})"

@@ -20,7 +20,7 @@ import torch
 from ..plan import EpochPlan
 from ..torch._gpu_batch import cpu_decode, decode_job, header_window, resize_batch
 from ..transforms import Compose, Window
-from .policy import ErrorPolicy
+from .policy import PassPolicy
 from .samples import Sample
 from .stream import Job
 from .work import SampleWork
@@ -44,12 +44,12 @@ class GpuChunks:
         decoder: ``device`` and ``decode(list of bytes) -> list of (3, H, W) uint8
             tensors or None`` (:class:`turbofeed.decode.gpu.GpuDecoder` or your own).
         work, transform, plan, policy: the epoch's sample loader, transform (or None),
-            plan and bad-sample policy.
+            plan and bad-sample policy (the pass's, shared with its BatchStream).
         make_sample: a new :class:`Sample` (key, label, shard) for a sample id.
     """
 
     def __init__(self, decoder: Any, work: SampleWork, transform: Compose | None, plan: EpochPlan,
-                 policy: ErrorPolicy, make_sample: Callable[[int], Sample]) -> None:
+                 policy: PassPolicy, make_sample: Callable[[int], Sample]) -> None:
         self.decoder = decoder
         self.device = torch.device(decoder.device)
         self.work = work

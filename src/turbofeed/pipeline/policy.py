@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
+import numpy as np
+
 from ..errors import SampleError
 from .stats import Stats
 
@@ -19,14 +21,22 @@ class ErrorPolicy:
     ``on_error``:
 
     ============ ==================================================================
-    ``replace``  (default) the slot gets the next good sample of this rank's order:
-                 same batch shape, same step count, resume stays exact
+    ``replace``  (default) the slot gets the next good sample of this rank's order,
+                 however long the bad run (wrapping around): same batch shape, same
+                 step count, resume stays exact. Only a rank whose whole order is bad
+                 raises :class:`turbofeed.DatasetError`
     ``skip``     the sample is dropped, its batch is one smaller (single process)
     ``raise``    the loader raises :class:`turbofeed.SampleError` naming shard,
                  key and reason
     ============ ==================================================================
 
-    Each bad (shard, key) is logged once as a warning; repeats are only counted.
+    Each bad (shard, key) is counted once in ``stats.errors[stage]`` and logged once as a
+    warning, however often it is tried (as its own slot, as a replacement for others, in
+    later epochs). E.g. ``replace`` over the order ``a b1 b2 b3 c`` (``b*`` bad) yields
+    ``a c c c c``: ``stats.errors == {"decode.cpu": 3}``, ``stats.replaced == 3``.
+
+    Each pass over an epoch works through :meth:`for_pass`, which also remembers the
+    samples found bad in that pass, so a long bad run is not decoded again for every slot.
     """
 
     def __init__(self, on_error: str, stats: Stats) -> None:
@@ -37,13 +47,82 @@ class ErrorPolicy:
         self._seen: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def record(self, error: SampleError) -> None:
-        """Count ``error`` and log it the first time its sample fails."""
-        self.stats.count_error(error.stage)
+    def record(self, error: SampleError) -> bool:
+        """Count and log ``error`` if its sample never failed before; True if so."""
         with self._lock:
             first = (error.shard, error.key) not in self._seen
             self._seen.add((error.shard, error.key))
         if first:
+            self.stats.count_error(error.stage)
             action = {"replace": "replaced by the next good sample", "skip": "skipped",
                       "raise": "raising"}[self.mode]
             log.warning("turbofeed: bad sample %s (%s)", error, action)
+        return first
+
+    def for_pass(self) -> "PassPolicy":
+        """A view for one pass over one plan, shared by that pass's worker threads."""
+        return PassPolicy(self)
+
+
+class PassPolicy:
+    """The :class:`ErrorPolicy` as one pass (one plan's ``order``) sees it: the same
+    ``mode``, ``stats`` and once-only counting, plus the positions of ``order`` known bad
+    in this pass. Thread-safe.
+
+    Known-bad positions form runs; :meth:`next_unknown` jumps over a run in one step
+    (pointer jumping with path compression), so replacing every slot of a run of ``L``
+    bad samples costs O(L) decodes and about O(L) lookups, not O(L**2).
+    """
+
+    def __init__(self, policy: ErrorPolicy) -> None:
+        self.policy = policy
+        self.mode = policy.mode
+        self.stats = policy.stats
+        # index i -> d: indices i .. i+d-1 (mod len(order)) are all known bad
+        self._skip: dict[int, int] = {}
+        self._bad_ids: set[int] = set()
+        self._replaced: set[int] = set()  # positions whose slot got a replacement
+        self._lock = threading.Lock()
+
+    def record(self, error: SampleError, index: int | None = None, gid: int | None = None) -> bool:
+        """Count/log ``error`` once per sample; remember ``order[index] == gid`` is bad."""
+        with self._lock:
+            if index is not None:
+                self._skip.setdefault(index, 1)
+            if gid is not None:
+                self._bad_ids.add(gid)
+        return self.policy.record(error)
+
+    def count_replaced(self, position: int) -> None:
+        """The slot of ``position`` got a replacement: one ``stats.replaced``, once (the
+        GPU path may replace a slot's replacement again when the decoder refuses it)."""
+        with self._lock:
+            first = position not in self._replaced
+            self._replaced.add(position)
+        if first:
+            self.stats.count("replaced")
+
+    def is_bad(self, index: int, gid: int) -> bool:
+        """Whether the sample at ``index`` (id ``gid``) already failed in this pass."""
+        with self._lock:
+            return index in self._skip or gid in self._bad_ids
+
+    def next_unknown(self, order: np.ndarray, u: int, end: int) -> int | None:
+        """The first ``v`` in ``u .. end-1`` whose sample ``order[v % len(order)]`` is not
+        known bad in this pass, or None. ``u`` and ``v`` are unwrapped positions."""
+        n = len(order)
+        with self._lock:
+            path = []
+            v = u
+            while v < end:
+                i = v % n
+                d = self._skip.get(i)
+                if d is None:
+                    if int(order[i]) not in self._bad_ids:
+                        break
+                    d = self._skip[i] = 1  # the same sample at another position (padding)
+                path.append(v)
+                v += d
+            for w in path:  # each visited run now jumps straight to v
+                self._skip[w % n] = min(v - w, n)
+        return v if v < end else None

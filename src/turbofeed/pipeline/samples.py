@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +110,8 @@ class Pipeline:
             :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
         format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
+        classes: class names in id order for labels given by name (as for
+            :class:`turbofeed.DataLoader`).
 
     Example::
 
@@ -129,11 +132,13 @@ class Pipeline:
                  on_error: str = "replace", rank: int = 0, world_size: int = 1,
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
-                 format_options: dict | None = None, s3: S3Config | None = None) -> None:
+                 format_options: dict | None = None, s3: S3Config | None = None,
+                 classes: list[str] | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         self.dataset = Dataset(tar_paths, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3)
+                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3,
+                               classes=classes)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
@@ -174,14 +179,21 @@ class Pipeline:
         self.epoch = int(epoch)
 
     def start(self) -> None:
-        """Start the worker threads for the current epoch (no-op if running)."""
+        """Start the worker threads for the current epoch (no-op if running). Shards
+        changed on disk since they were indexed are re-indexed first."""
         if self._stream is not None:
             return
+        if self.dataset.refresh():
+            self.stats.damaged_shards = list(self.dataset.damaged)
+            self.stats.skipped_at_index = len(self.dataset.problems)
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)
         work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch)
-        dataset = self.dataset
+        policy = self._policy.for_pass()
+        # The closures below run on the worker threads: they must not hold ``self``, or the
+        # threads would keep a dropped Pipeline (and themselves) alive.
+        dataset, decode_jpeg = self.dataset, self.decode_jpeg
         output = self.transform.output if self.transform is not None else None
 
         def make_sample(gid: int) -> Sample:
@@ -190,7 +202,7 @@ class Pipeline:
 
         def cpu_fill(gid: int, slot: list, j: int) -> None:
             sample = make_sample(gid)
-            if self.decode_jpeg:
+            if decode_jpeg:
                 sample.image = _host_pixels(work.load(gid), output)
             else:
                 sample.data = work.fetch(gid)
@@ -199,11 +211,13 @@ class Pipeline:
         if self.decoder is not None:
             from ._gpu_samples import GpuChunks
 
-            self._gpu = GpuChunks(self.decoder, work, self.transform, plan, self._policy, make_sample)
+            self._gpu = GpuChunks(self.decoder, work, self.transform, plan, policy, make_sample)
         fill = cpu_fill if self._gpu is None else self._gpu.fill
-        self._stream = BatchStream(plan, fill, lambda: [None] * _CHUNK, self._policy,
+        self._stream = BatchStream(plan, fill, lambda: [None] * _CHUNK, policy,
                                    num_workers=self.num_workers, prefetch=self.prefetch,
                                    stage="fetch" if self._gpu is not None else "decode.cpu")
+        # Dropped without stop() (or collected): the threads stop with it.
+        self._finalizer = weakref.finalize(self, self._stream.close)
 
     def next_batch(self, n: int) -> list[Sample]:
         """Up to ``n`` next samples in order; fewer at the end; ``[]`` once the epoch is done.
@@ -236,9 +250,11 @@ class Pipeline:
             yield from batch
 
     def stop(self) -> None:
-        """Stop the worker threads; idempotent. The next ``next_batch`` starts the epoch over."""
+        """Stop the worker threads; idempotent. The next ``next_batch`` starts the epoch over.
+
+        A Pipeline dropped without ``stop()`` stops its threads when it is collected."""
         if self._stream is not None:
-            self._stream.close()
+            self._finalizer()  # closes the stream, once
             self._stream = None
         self._gpu = None
         self._ready.clear()

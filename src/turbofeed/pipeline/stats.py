@@ -15,12 +15,17 @@ class Stats:
     Attributes:
         samples: samples delivered in batches.
         batches: batches delivered.
-        errors: bad samples per stage (``fetch``, ``decode.cpu``, ``augment``).
-        replaced: bad samples whose slot got the next good sample (``on_error="replace"``).
+        errors: distinct bad samples per stage (``fetch``, ``decode.cpu``, ``augment``),
+            each counted once however often it was tried; ``gpu_fallback`` counts
+            fallbacks from ``gpu_decode`` to the CPU (no decoder; each image it refused).
+        replaced: slots that got the next good sample instead of a bad one
+            (``on_error="replace"``); a bad sample in two epochs fills two slots.
         skipped: bad samples dropped from their batch (``on_error="skip"``).
         skipped_at_index: samples left out while indexing (no image member, bad label).
         bytes_read: encoded bytes fetched from storage (replacements and re-reads included).
-        damaged_shards: shards truncated or corrupt, used up to the damage.
+        damaged_shards: shards reported while indexing (truncated or corrupt: used up to the
+            damage; empty, unreadable or compressed with zstd: no samples; duplicate member
+            names: the last copy used), each with a warning saying which.
         seconds: worker-thread seconds per stage (summed over threads) and the caller's
             ``wait`` for batches: the profile that shows the bottleneck.
     """

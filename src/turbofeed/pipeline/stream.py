@@ -19,11 +19,9 @@ import numpy as np
 from ..errors import DatasetError, SampleError
 from ..plan import EpochPlan
 from .executor import WorkerPool
-from .policy import ErrorPolicy
+from .policy import ErrorPolicy, PassPolicy
 
 _POLL_S = 0.1
-# "replace" tries this many following samples before declaring the data unusable.
-MAX_REPLACEMENT_TRIES = 64
 
 Fill = Callable[[int, Any, int], None]  # (sample id, slot, index in batch) -> None
 
@@ -62,7 +60,7 @@ class _Runner:
     """What the worker threads run. Holds no reference to the :class:`BatchStream`, so
     dropping the stream (``break``, garbage collection) lets its finalizer stop them."""
 
-    def __init__(self, plan: EpochPlan, fill: Fill, policy: ErrorPolicy) -> None:
+    def __init__(self, plan: EpochPlan, fill: Fill, policy: PassPolicy) -> None:
         self.plan = plan
         self.fill = fill
         self.policy = policy
@@ -86,41 +84,58 @@ class _Runner:
             job.ids[j] = gid
 
 
-def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None], policy: ErrorPolicy) -> int | None:
+def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
+                  policy: ErrorPolicy | PassPolicy) -> int | None:
     """Fill the slot of ``position`` with its sample, applying the bad-sample policy.
+
+    Under ``"replace"`` a bad sample's slot gets the next good sample of the order
+    (wrapping around), however long the bad run: order ``a b1 b2 c`` fills ``a c c c``.
+    Samples already found bad in this pass (``policy``, a :class:`PassPolicy` shared by
+    the pass's workers) are not tried again, so each is decoded, counted and logged once.
 
     Returns the sample id that filled the slot (a replacement's under ``"replace"``),
     or None when the sample was skipped (``"skip"``).
 
     Raises:
         SampleError: under ``"raise"``.
-        DatasetError: ``"replace"`` found no good sample among the next ones.
+        DatasetError: under ``"replace"``, no sample of the whole order is good (at most
+            one pass over it).
     """
+    if isinstance(policy, ErrorPolicy):
+        policy = policy.for_pass()  # a caller without a pass: nothing known bad yet
     order = plan.order
-    try:
-        gid = int(order[position])
-        fill(gid)
-        return gid
-    except SampleError as err:
-        policy.record(err)
-        if policy.mode == "raise":
-            raise
-        if policy.mode == "skip":
-            policy.stats.count("skipped")
-            return None
-        first = err
-    tries = plan.replacement_positions(position)[:MAX_REPLACEMENT_TRIES]
-    for p in tries:
-        gid = int(order[p % len(order)])
+    n = len(order)
+    gid = int(order[position])
+    first: SampleError | None = None
+    if policy.mode == "raise" or not policy.is_bad(position, gid):
+        try:
+            fill(gid)
+            return gid
+        except SampleError as err:
+            policy.record(err, position, gid)
+            if policy.mode == "raise":
+                raise
+            first = err
+    if policy.mode == "skip":
+        policy.stats.count("skipped")
+        return None
+    tries = plan.replacement_positions(position)  # every other position once, wrapping around
+    end = tries.stop
+    u = policy.next_unknown(order, tries.start, end)
+    while u is not None:
+        gid = int(order[u % n])
         try:
             fill(gid)
         except SampleError as err:
-            policy.record(err)
+            policy.record(err, u % n, gid)
+            first = first or err
+            u = policy.next_unknown(order, u + 1, end)
             continue
-        policy.stats.count("replaced")
+        policy.count_replaced(position)
         return gid
-    raise DatasetError(f"no good sample among the {len(tries)} after a bad one ({first}); "
-                       "the dataset looks mostly unreadable") from first
+    cause = f" (first: {first})" if first is not None else ""
+    raise DatasetError(f"no good sample in this rank's {n} samples of the epoch{cause}; "
+                       "the dataset looks unreadable") from first
 
 
 def _shutdown(runner: _Runner, pool: WorkerPool) -> None:
@@ -136,14 +151,18 @@ class BatchStream:
         fill: loads sample ``id`` into ``slot`` at index ``j``; raises
             :class:`SampleError` for a bad sample.
         acquire: returns an empty slot for a new batch.
-        policy: what a bad sample does.
+        policy: what a bad sample does: the pass's :class:`PassPolicy` (shared with
+            whatever else handles this pass's samples), or an :class:`ErrorPolicy`, for
+            which the stream makes one.
         start: first batch to produce (resume).
         num_workers: worker threads.
         prefetch: batches in flight.
     """
 
-    def __init__(self, plan: EpochPlan, fill: Fill, acquire: Callable[[], Any], policy: ErrorPolicy,
+    def __init__(self, plan: EpochPlan, fill: Fill, acquire: Callable[[], Any], policy: ErrorPolicy | PassPolicy,
                  *, start: int = 0, num_workers: int = 4, prefetch: int = 2, stage: str = "decode.cpu") -> None:
+        if isinstance(policy, ErrorPolicy):
+            policy = policy.for_pass()
         self._plan = plan
         self._acquire = acquire
         self._stats = policy.stats

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..pipeline.buffers import Slot, SlotPool
-from ..pipeline.policy import ErrorPolicy
+from ..pipeline.policy import PassPolicy
 from ..pipeline.stream import Job
 from ..pipeline.work import SampleWork
 from ..plan import EpochPlan
@@ -51,10 +51,11 @@ class GpuPath:
     With ``hybrid`` (a :class:`HybridSplit`) and ``host_slots`` (a pool of NCHW uint8
     host slots), each batch is split: the first positions are decoded on the GPU, the
     rest by the CPU threads (``work`` must then produce uint8: no output op).
+    ``policy`` is the pass's, shared with the worker threads of its BatchStream.
     """
 
     def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose, plan: EpochPlan,
-                 policy: ErrorPolicy, channels_last: bool, hybrid: HybridSplit | None = None,
+                 policy: PassPolicy, channels_last: bool, hybrid: HybridSplit | None = None,
                  host_slots: SlotPool | None = None) -> None:
         self.decoder = decoder
         self.work = work

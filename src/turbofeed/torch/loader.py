@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
+import threading
 import warnings
 import weakref
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,13 +17,11 @@ from ..io.s3config import S3Config
 from ..pipeline.buffers import Slot, SlotPool, make_array
 from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stats import Stats
-from ..pipeline.stream import BatchStream, Job
-from ..pipeline.work import SampleWork
-from ..plan import check_state, count_batches, make_epoch_plan, make_state, plan_fingerprint
+from ..plan import check_state, count_batches, make_state, plan_fingerprint
 from ..transforms import Compose
-from .device import CudaDelivery, apply_output, gpu_available
+from ._iterator import _LoaderIterator
+from .device import gpu_available
 from .env import detect
-from .gpu_path import GpuPath
 from .hybrid import HybridSplit
 
 log = logging.getLogger("turbofeed")
@@ -77,6 +75,10 @@ class DataLoader:
             :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
+        classes: class names in id order, for labels given by name (``.txt``, JSON
+            strings, ImageFolder folders): the name ``classes[i]`` gets id ``i`` in every
+            loader, whichever names its data holds (train and val agree). Without it, ids
+            follow the sorted names found, with a warning. See :mod:`turbofeed.io.labels`.
 
     Example::
 
@@ -95,13 +97,14 @@ class DataLoader:
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
-                 hybrid: bool = False) -> None:
+                 hybrid: bool = False, classes: list[str] | None = None) -> None:
         self.stats = Stats()
         self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3)
+                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3,
+                               classes=classes)
         self.stats.skipped_at_index = len(self.dataset.problems)
         self.stats.damaged_shards = list(self.dataset.damaged)
         if isinstance(transform, (list, tuple)):
@@ -129,13 +132,17 @@ class DataLoader:
             self.pin_memory = False  # page-locking needs the CUDA runtime
         # Lives across epochs: the speeds measured in one epoch set the next one's split.
         self._hybrid = HybridSplit(num_workers) if hybrid and self._gpu_decoder is not None else None
-        # Where the epoch stands: the current plan begins after ``_start`` samples of the
-        # global order (non-zero after an elastic resume) and ``_batches_done`` of its
-        # batches were delivered; ``_batches_base`` carries a resumed state's count.
+        # Where the epoch stands (what state_dict reports): the current pass began after
+        # ``_start`` samples of the global order (non-zero after a resume) and delivered
+        # ``_batches_done`` batches; ``_batches_base`` carries a resumed state's count.
         self._epoch = 0
         self._start = 0
         self._batches_done = 0
         self._batches_base = 0
+        self._resume = False  # the next iter() continues at the position above
+        self._fixed_epoch: int | None = None  # set_epoch's value, for every later pass
+        self._next_epoch = 0  # the epoch of the next pass without set_epoch
+        self._iter_lock = threading.Lock()
         self._fingerprint = plan_fingerprint(
             dataset=self.dataset.fingerprint_fields(), shuffle=shuffle, drop_last=drop_last)
         self._active: weakref.ref | None = None
@@ -187,17 +194,30 @@ class DataLoader:
 
     # -- epochs and resume -------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Run ``epoch`` next (every rank must pass the same value).
+        """Run ``epoch`` in every following pass (every rank must pass the same value).
 
-        Calling it with the epoch the loader is at changes nothing, so the usual
-        ``for epoch in range(start, n): loader.set_epoch(epoch)`` loop continues a
-        resumed epoch where it stopped. Another epoch starts from its first batch (a
-        finished epoch asked for again runs again). Without ``set_epoch``, each finished
-        epoch moves the loader to the next one, reshuffled.
+        Sticky, like ``DistributedSampler.set_epoch``: two iterations after one
+        ``set_epoch(5)`` both run epoch 5, in the same order. Without any ``set_epoch``
+        each ``iter(loader)`` takes the next epoch (reshuffled). A pass already running
+        goes on with its own epoch.
+
+        Right after :meth:`load_state_dict`, the epoch of the state keeps the resume
+        position, so the usual loop continues a resumed epoch where it stopped::
+
+            loader.load_state_dict(state)          # saved in epoch 3 after 40 batches
+            for epoch in range(state["epoch"], 90):
+                loader.set_epoch(epoch)            # epoch 3: batches 40.. ; then 4, 5, ...
+                for images, labels in loader: ...
+
+        Any other epoch cancels the resume.
         """
-        if epoch != self._epoch:
-            self._start = self._batches_done = self._batches_base = 0
-        self._epoch = int(epoch)
+        epoch = int(epoch)
+        self._fixed_epoch = epoch
+        if self._resume and epoch == self._epoch:
+            return
+        self._resume = False
+        if epoch != self._epoch and not self._live():
+            self._epoch, self._start, self._batches_done, self._batches_base = epoch, 0, 0, 0
 
     @property
     def samples_done(self) -> int:
@@ -206,37 +226,81 @@ class DataLoader:
         return min(self.dataset.num_samples, done)
 
     def state_dict(self) -> dict:
-        """Where the next iteration starts: a small JSON-safe dict (see ``load_state_dict``)."""
+        """Where things stand: a small JSON-safe dict (see :meth:`load_state_dict`).
+
+        During a pass (or after one left early): its epoch and the batches it delivered.
+        After a pass delivered its whole epoch: the start of the next epoch. Example with
+        12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
+        after all 12, ``epoch=3, batches_done=0``.
+        """
         return make_state(epoch=self._epoch, samples_done=self.samples_done,
                           batches_done=self._batches_base + self._batches_done, seed=self.seed,
                           world_size=self.world_size, plan=self._fingerprint)
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue where ``state`` was taken: the next iteration yields the rest of that epoch.
+        """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
+        that epoch; the iterations after it run whole epochs again.
 
         With the world size (and batch size) of the run that saved it, the batches are
         exactly those an uninterrupted run would have produced. With another world size
         (elastic), the rest of the epoch's global order is split over the new ranks: no
-        sample is repeated or lost, only the grouping into batches differs.
+        sample is repeated or lost, only the grouping into batches differs. A running
+        pass of this loader is superseded. Without a later ``set_epoch``, the pass after
+        the resumed one runs the epoch after the state's.
 
         Raises:
             ValueError: naming the field that does not match (version, seed, or ``plan``
                 when the dataset, shuffle or drop_last changed).
+            RuntimeError: another thread is iterating this loader.
         """
         check_state(state, seed=self.seed, plan=self._fingerprint)
         if state["world_size"] != self.world_size:
             log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
                      state["epoch"], state["samples_done"], state["world_size"], self.world_size)
-        self._epoch = state["epoch"]
-        self._start = min(state["samples_done"], self.dataset.num_samples)
-        self._batches_done = 0
-        self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
+        with self._iter_lock:
+            self._retire_active()
+            self._epoch = state["epoch"]
+            self._start = min(state["samples_done"], self.dataset.num_samples)
+            self._batches_done = 0
+            self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
+            self._resume = True
+            self._fixed_epoch = None
+            self._next_epoch = self._epoch
 
-    def _finish_epoch(self, epoch: int) -> None:
-        """A pass reached the end of ``epoch``: the next iteration runs the next epoch."""
-        if self._epoch == epoch:
-            self._epoch = epoch + 1
+    def _current(self, it: _LoaderIterator) -> bool:
+        return self._active is not None and self._active() is it
+
+    def _advance(self, it: _LoaderIterator) -> None:
+        """Pass ``it`` delivered another batch."""
+        if self._current(it):
+            self._batches_done = it.delivered
+
+    def _finish_epoch(self, it: _LoaderIterator) -> None:
+        """Pass ``it`` delivered its whole epoch: the state points at the next one."""
+        if self._current(it):
+            self._epoch = it.epoch + 1
             self._start = self._batches_done = self._batches_base = 0
+
+    def _live(self) -> _LoaderIterator | None:
+        """The current pass if it may still yield batches."""
+        it = self._active() if self._active else None
+        return it if it is not None and not it.done else None
+
+    def _retire_active(self) -> None:
+        """Make way for a new pass (caller holds ``_iter_lock``): a live pass of this
+        thread, or of a thread that ended, is superseded; one of another live thread
+        is an error (one loader, one consumer)."""
+        it = self._live()
+        if it is None:
+            return
+        me = threading.current_thread()
+        if it.owner is not me and it.owner.is_alive():
+            raise RuntimeError(
+                f"turbofeed: this DataLoader is already being iterated by another thread "
+                f"({it.owner.name!r}) and that pass is not finished; one loader serves one "
+                f"consumer at a time: build a second DataLoader for {me.name!r}, or finish or "
+                f"close() the first iterator")
+        it.supersede()
 
     # -- iteration ---------------------------------------------------------------------
     def _slot_pool(self, output_dtype: np.dtype, channels_last: bool | None = None) -> SlotPool:
@@ -252,19 +316,62 @@ class DataLoader:
             self._pools[key] = SlotPool(make, capacity=self.prefetch + 2)
         return self._pools[key]
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        previous = self._active() if self._active else None
-        if previous is not None:
-            previous.close()  # one live iteration per loader, like a torch DataLoader
-        it = _LoaderIterator(self)
-        self._active = weakref.ref(it)
+    def __iter__(self) -> _LoaderIterator:
+        """A new pass, as ``torch.utils.data.DataLoader``: it starts its epoch from the
+        beginning, whatever an earlier pass left undone (only the first pass after
+        :meth:`load_state_dict` continues at the saved position). The epoch is the one of
+        :meth:`set_epoch`, else the one after the previous pass's. E.g. with 12 batches::
+
+            next(iter(loader))           # epoch 0, batch 0 (a peek)
+            list(loader)                 # epoch 1, all 12 batches
+            for step, batch in zip(range(len(loader)), loader): ...   # epoch 2, 12 steps
+
+        A newer ``iter(loader)`` on the same thread supersedes a running pass (using the
+        old iterator then raises ``RuntimeError``).
+
+        Raises:
+            RuntimeError: another live thread is iterating this loader and its pass is
+                not finished; make one DataLoader per consumer.
+        """
+        with self._iter_lock:
+            self._retire_active()
+            self._reindex_changed()
+            if self._resume:
+                epoch, start = self._epoch, self._start
+                self._resume = False
+            else:
+                epoch = self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+                start = 0
+                self._epoch, self._start, self._batches_base = epoch, 0, 0
+            self._batches_done = 0
+            self._next_epoch = epoch + 1
+            it = _LoaderIterator(self, epoch, start)
+            self._active = weakref.ref(it)
         return it
+
+    def _reindex_changed(self) -> None:
+        """Before a pass (no worker running): re-index the shards changed on disk since
+        they were indexed, so no read goes through stale offsets or a map of a file
+        truncated since (SIGBUS). One ``stat`` per local file."""
+        if not self.dataset.refresh():
+            return
+        self.stats.damaged_shards = list(self.dataset.damaged)
+        self.stats.skipped_at_index = len(self.dataset.problems)
+        self._fingerprint = plan_fingerprint(
+            dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle, drop_last=self.drop_last)
+        if self._resume:
+            log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
+                        "epoch continues at sample %d of the re-indexed data", self._start)
+        if len(self) == 0:
+            raise ValueError(f"after re-indexing, batch_size={self.batch_size} with drop_last=True "
+                             f"leaves no batch: this rank has {self._per_rank()} samples")
 
     def profile(self) -> str:
         """Seconds per stage so far, biggest first: where the time goes."""
         return self.stats.profile()
 
     def close(self) -> None:
+        """Stop a running pass and close the dataset's files."""
         previous = self._active() if self._active else None
         if previous is not None:
             previous.close()
@@ -274,136 +381,3 @@ class DataLoader:
         return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
                 f"rank={self.rank}/{self.world_size}, workers={self.num_workers}, transform={self.transform!r})")
 
-
-class _LoaderIterator:
-    """One pass over the rest of an epoch. Closing it (or dropping it) stops its threads."""
-
-    def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
-        self.epoch = loader._epoch
-        transform = loader.transform
-        fixed = transform is not None and transform.size is not None
-        # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
-        self.device_output = transform.output if (fixed and loader.device is not None) else None
-        worker_transform = transform if self.device_output is None else transform.without_output()
-        plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
-                               epoch=self.epoch, shuffle=loader.shuffle, rank=loader.rank,
-                               world_size=loader.world_size, drop_last=loader.drop_last,
-                               start=loader._start)
-        work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=self.epoch)
-        self.fixed = fixed
-        # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
-        spec = worker_transform.output if fixed and worker_transform is not None else None
-        self.host_cast = None if spec is None or spec.torch_dtype == spec.dtype.name else getattr(torch, spec.torch_dtype)
-        self.gpu = None
-        if loader._gpu_decoder is not None:
-            host_slots = None
-            if loader._hybrid is not None:  # CPU samples: uint8 NCHW, normalised on the device
-                host_slots = loader._slot_pool(np.dtype(np.uint8), channels_last=False)
-                work = SampleWork(loader.dataset, transform.without_output(), loader.stats, seed=loader.seed,
-                                  epoch=self.epoch)
-            self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, loader._policy, loader.channels_last,
-                               hybrid=loader._hybrid, host_slots=host_slots)
-            self.device_output = None
-            fill = self.gpu.fill
-
-            def acquire() -> list:
-                return self.gpu.acquire(loader.batch_size)
-            self.pool = None
-        elif fixed:
-            dtype = np.dtype(np.uint8) if worker_transform.output is None else worker_transform.output.dtype
-            pool = loader._slot_pool(dtype)
-            channels_first = not loader.channels_last
-
-            def fill(gid: int, slot: Slot, j: int) -> None:
-                work.into_slot(gid, slot, j, channels_first=channels_first)
-            acquire = pool.acquire
-            self.pool = pool
-        else:
-            def fill(gid: int, slot: list, j: int) -> None:
-                sample = work.load(gid)
-                pixels = sample.pixels[:, ::-1] if sample.flip else sample.pixels
-                slot[j] = (np.ascontiguousarray(pixels.transpose(2, 0, 1)), sample.label)
-
-            def acquire() -> list:
-                return [None] * loader.batch_size
-            self.pool = None
-        self.stream = BatchStream(plan, fill, acquire, loader._policy, start=loader._batches_done,
-                                  num_workers=loader.num_workers, prefetch=loader.prefetch)
-        on_gpu = loader.device is not None and loader.device.type == "cuda" and self.gpu is None
-        self.cuda = CudaDelivery(loader.device) if on_gpu else None
-        self._held: tuple[Slot, Any] | None = None  # slot whose async copy may still run
-
-    def __iter__(self) -> "_LoaderIterator":
-        return self
-
-    def __next__(self) -> tuple[Any, ...]:
-        self._release_held()
-        if self.loader._epoch != self.epoch:
-            self.close()  # set_epoch was called mid-epoch: this pass is over
-            raise StopIteration
-        try:
-            job = next(self.stream)
-        except StopIteration:
-            if self.stream.finished:
-                self.loader._finish_epoch(self.epoch)
-            raise
-        batch = self._to_tensors(job)
-        if self.loader.return_keys:
-            batch = (*batch, self._keys(job))
-        self.loader._batches_done = job.index + 1
-        stats = self.loader.stats
-        stats.count("batches")
-        stats.count("samples", len(batch[1]))
-        return batch
-
-    def _keys(self, job: Job) -> list[str]:
-        dataset = self.loader.dataset
-        keys = []
-        for gid in job.ids[job.ok]:
-            shard, key = dataset.describe(int(gid))
-            keys.append(f"{os.path.basename(shard)}/{key}")
-        return keys
-
-    def _to_tensors(self, job: Job) -> tuple[Any, Any]:
-        if self.gpu is not None:
-            return self.gpu.to_tensors(job)
-        keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"
-        if not self.fixed:
-            items = [job.slot[i] for i in keep]
-            return ([torch.from_numpy(img) for img, _ in items],
-                    torch.tensor([label for _, label in items], dtype=torch.int64))
-        slot: Slot = job.slot
-        n = len(job)
-        if len(keep) < n:
-            slot.images[:len(keep)] = slot.images[keep]
-            slot.labels[:len(keep)] = slot.labels[keep]
-            n = len(keep)
-        images = torch.from_numpy(slot.images[:n])
-        labels = torch.from_numpy(slot.labels[:n].copy())
-        if self.loader.channels_last:
-            images = images.permute(0, 3, 1, 2)  # NCHW shape over NHWC memory
-        if self.host_cast is not None:
-            images = images.to(self.host_cast)  # a copy: the slot is free again at once
-        if self.cuda is not None:
-            images, labels, done = self.cuda.copy(images, labels, self.device_output)
-            self._held = (slot, done)
-        else:
-            images = apply_output(images, self.device_output)
-            self.pool.release(slot)  # reused only once the caller drops these tensors
-        return images, labels
-
-    def _release_held(self) -> None:
-        if self._held is not None:
-            slot, done = self._held
-            done.synchronize()  # the host slot is free once its copy to the GPU finished
-            self.pool.release(slot)
-            self._held = None
-
-    def close(self) -> None:
-        self.stream.close()
-        if self.gpu is not None and self.gpu.host_slots is not None:
-            self.gpu.release_held()
-
-    def __del__(self) -> None:
-        self.stream.close()

@@ -1,0 +1,205 @@
+"""Iteration semantics, as torch.utils.data.DataLoader (DESIGN.md "Iteration semantics"):
+each iter() starts an epoch from its beginning (but the first one after load_state_dict),
+set_epoch is sticky, one loader serves one consumer at a time."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+import turbofeed
+from turbofeed import transforms as T
+
+KW = dict(batch_size=9, num_workers=2, transform=T.imagenet_eval(16), return_keys=True)
+STEPS = 14  # 120 samples / 9 -> 13 full + 1 of 3
+
+
+def loader_for(shards, **kw):
+    return turbofeed.DataLoader(shards, **{**KW, **kw})
+
+
+def keys_of(batches) -> list[str]:
+    return [k for _, _, ks in batches for k in ks]
+
+
+def position(loader) -> tuple[int, int, int]:
+    s = loader.state_dict()
+    return s["epoch"], s["samples_done"], s["batches_done"]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_zip_with_range_len_runs_every_epoch_in_full(shards, shuffle):
+    """``for step, batch in zip(range(len(loader)), loader)`` never calls next() after the
+    last batch; every epoch still has len(loader) steps (not 13, 0, 13, 0)."""
+    loader = loader_for(shards, shuffle=shuffle)
+    assert len(loader) == STEPS
+    orders = []
+    for epoch in range(4):
+        batches = [batch for _, batch in zip(range(len(loader)), loader)]
+        assert len(batches) == STEPS, epoch
+        keys = keys_of(batches)
+        assert len(keys) == 120 and len(set(keys)) == 120
+        orders.append(keys)
+        assert position(loader) == (epoch + 1, 0, 0)  # a delivered epoch is a finished one
+    if shuffle:
+        assert len({tuple(o) for o in orders}) == 4  # each iteration takes the next epoch
+
+
+def test_a_peeked_batch_does_not_shorten_the_epoch(shards):
+    loader = loader_for(shards)
+    _, _, peeked = next(iter(loader))
+    batches = list(loader)
+    assert len(batches) == STEPS
+    keys = keys_of(batches)
+    assert Counter(keys) == Counter(set(keys)) and len(keys) == 120
+    assert set(peeked) <= set(keys)
+
+
+def test_an_abandoned_iteration_does_not_shorten_the_next(shards):
+    loader = loader_for(shards, shuffle=True)
+    for i, _ in enumerate(loader):
+        if i == 4:
+            break
+    assert position(loader) == (0, 45, 5)  # the abandoned pass: epoch 0, 5 batches in
+    batches = list(loader)  # the next epoch, from its beginning
+    assert len(batches) == STEPS and len(set(keys_of(batches))) == 120
+    assert position(loader) == (2, 0, 0)
+
+
+def test_set_epoch_is_sticky_and_repeats_the_same_epoch(shards):
+    loader = loader_for(shards, shuffle=True)
+    loader.set_epoch(5)
+    first = keys_of(list(loader))
+    it = iter(loader)
+    next(it)  # abandoned after one batch
+    del it
+    second = keys_of(list(loader))
+    assert first == second and len(first) == 120
+    fresh = loader_for(shards, shuffle=True)
+    fresh.set_epoch(5)
+    assert keys_of(list(fresh)) == first
+
+
+def test_only_the_first_iteration_after_load_state_dict_resumes(shards):
+    source = loader_for(shards, shuffle=True)
+    source.set_epoch(3)
+    it = iter(source)
+    head = [next(it) for _ in range(4)]
+    state = source.state_dict()
+    del it
+    assert (state["epoch"], state["samples_done"], state["batches_done"]) == (3, 36, 4)
+
+    resumed = loader_for(shards, shuffle=True)
+    resumed.load_state_dict(state)
+    assert position(resumed) == (3, 36, 4)
+    tail = list(resumed)  # the rest of epoch 3
+    assert len(head) + len(tail) == STEPS
+    epoch3 = keys_of(head) + keys_of(tail)
+    assert Counter(epoch3) == Counter(set(epoch3)) and len(epoch3) == 120
+    assert position(resumed) == (4, 0, 0)
+    nxt = list(resumed)  # not a resume again: all of epoch 4
+    assert len(nxt) == STEPS
+    reference = loader_for(shards, shuffle=True)
+    reference.set_epoch(4)
+    assert keys_of(nxt) == keys_of(list(reference))
+
+
+def test_a_resume_interrupted_by_a_peek_does_not_resume_twice(shards):
+    source = loader_for(shards)
+    it = iter(source)
+    for _ in range(10):
+        next(it)
+    state = source.state_dict()
+    del it
+    resumed = loader_for(shards)
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    next(it)  # batch 10 of epoch 0
+    assert position(resumed) == (0, 99, 11)
+    del it
+    assert len(list(resumed)) == STEPS  # a new iteration: a whole epoch
+
+
+def test_state_dict_follows_the_live_iteration(shards):
+    loader = loader_for(shards)
+    assert position(loader) == (0, 0, 0)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    assert position(loader) == (0, 27, 3)
+    for _ in it:
+        pass
+    assert position(loader) == (1, 0, 0)
+    loader.set_epoch(7)
+    assert position(loader) == (7, 0, 0)
+
+
+def test_a_second_thread_cannot_iterate_a_loader_in_use(shards):
+    loader = loader_for(shards)
+    started, may_finish = threading.Event(), threading.Event()
+    got: dict = {}
+
+    def consumer() -> None:
+        it = iter(loader)
+        first = [next(it)]
+        started.set()
+        may_finish.wait(30)
+        got["batches"] = first + list(it)
+
+    worker = threading.Thread(target=consumer)
+    worker.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(RuntimeError, match="another thread"):
+            iter(loader)
+    finally:
+        may_finish.set()
+        worker.join(30)
+    batches = got["batches"]  # the first consumer lost nothing to the refused one
+    assert len(batches) == STEPS and len(set(keys_of(batches))) == 120
+    assert len(list(loader)) == STEPS  # its iteration is over: the loader is free again
+
+
+def test_a_finished_or_dead_threads_iterator_does_not_block_others(shards):
+    loader = loader_for(shards)
+    kept: list = []
+
+    def abandon() -> None:
+        it = iter(loader)
+        next(it)
+        kept.append(it)  # still referenced, but its thread ends
+
+    t = threading.Thread(target=abandon)
+    t.start()
+    t.join(30)
+    batches = list(loader)
+    assert len(batches) == STEPS
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(kept[0])
+
+
+def test_a_newer_iteration_on_the_same_thread_supersedes_the_old_one(shards):
+    loader = loader_for(shards)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    for _ in range(2):  # every later use says why, rather than ending the epoch silently
+        with pytest.raises(RuntimeError, match=r"superseded by a newer iter\(loader\)"):
+            next(old)
+    batches = list(new)
+    assert len(batches) == STEPS and len(set(keys_of(batches))) == 120
+
+
+def test_set_epoch_during_an_iteration_applies_to_the_next_one(shards):
+    loader = loader_for(shards, shuffle=True)
+    it = iter(loader)
+    head = [next(it)]
+    loader.set_epoch(9)
+    rest = list(it)  # the running pass goes on to its end
+    assert len(head) + len(rest) == STEPS
+    assert len(set(keys_of(head + rest))) == 120
+    reference = loader_for(shards, shuffle=True)
+    reference.set_epoch(9)
+    assert keys_of(list(loader)) == keys_of(list(reference))
