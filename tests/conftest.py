@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 
 import numpy as np
 import pytest
-from PIL import Image
 
+from builders import encode, photo, write_tar
 from turbofeed._datagen import make_imagenet_like
 
 
@@ -40,25 +38,10 @@ def image_folder(tmp_path_factory) -> str:
     return str(out)
 
 
-def _photo(h: int = 96, w: int = 128, seed: int = 0) -> Image.Image:
-    """A smooth colourful image (JPEG-friendly, so decoders agree closely)."""
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    rng = np.random.default_rng(seed)
-    phase = rng.uniform(0, 6, 3)
-    rgb = np.stack([127 + 120 * np.sin(x / 9 + y / 13 + p) for p in phase], axis=-1)
-    return Image.fromarray(rgb.clip(0, 255).astype(np.uint8))
-
-
-def encode(im: Image.Image, fmt: str = "JPEG", **kw) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="session")
 def odd_images() -> dict[str, bytes]:
     """Encoded images of every kind the decoder must handle or refuse."""
-    base = _photo()
+    base = photo()
     good = encode(base, quality=90)
     return {
         "rgb": good,
@@ -71,16 +54,6 @@ def odd_images() -> dict[str, bytes]:
         "truncated": good[: len(good) // 2],
         "garbage": b"this is not an image" * 20,
     }
-
-
-def write_tar(path: str, members: list[tuple[str, bytes]]) -> str:
-    """Write a plain tar with the given (name, payload) members, in order."""
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return path
 
 
 @pytest.fixture
@@ -97,7 +70,7 @@ def fixed_images(tmp_path_factory) -> dict:
     from turbofeed.io.writer import ShardWriter
 
     count = 48
-    jpegs = [encode(_photo(40, 56, seed=i), quality=90) for i in range(count)]
+    jpegs = [encode(photo(40, 56, seed=i), quality=90) for i in range(count)]
     labels = [i % 5 for i in range(count)]
     keys = [f"{i:08d}" for i in range(count)]
     out = tmp_path_factory.mktemp("fixed-tar")

@@ -20,6 +20,7 @@ import zlib
 
 import numpy as np
 import pytest
+from builders import encode, photo, write_tar
 import torch
 from PIL import Image
 
@@ -32,22 +33,9 @@ BOMB = 60000  # pixels per side: 3.6e9 pixels, 10.8 GB as RGB
 MAX_GROWTH_MB = 200  # sanity bound on the peak RSS a refused bomb may add
 
 
-def _photo(h: int = 96, w: int = 128, seed: int = 0) -> Image.Image:
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    phase = np.random.default_rng(seed).uniform(0, 6, 3)
-    rgb = np.stack([127 + 120 * np.sin(x / 9 + y / 13 + p) for p in phase], axis=-1)
-    return Image.fromarray(rgb.clip(0, 255).astype(np.uint8))
-
-
-def _encode(im: Image.Image, fmt: str = "JPEG", **kw) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
 def jpeg_declaring(height: int, width: int, **kw) -> bytes:
     """A real small JPEG whose SOF marker was patched to declare ``height`` x ``width``."""
-    data = bytearray(_encode(_photo(), quality=90, **kw))
+    data = bytearray(encode(photo(), quality=90, **kw))
     i = 2
     while True:
         assert data[i] == 0xFF
@@ -60,7 +48,7 @@ def jpeg_declaring(height: int, width: int, **kw) -> bytes:
 
 def png_declaring(height: int, width: int) -> bytes:
     """A real small PNG whose IHDR was patched to declare ``height`` x ``width`` (CRC fixed)."""
-    data = bytearray(_encode(_photo(), "PNG"))
+    data = bytearray(encode(photo(), "PNG"))
     assert data[12:16] == b"IHDR"
     data[16:24] = struct.pack(">II", width, height)
     data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
@@ -124,7 +112,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason="turbofeed.deco
 def test_native_crop_resize_refuses_from_the_header(default_limit, kind, box):
     # CMYK would otherwise go back to the general decoder (NotImplementedError).
     if kind == "cmyk":
-        data = bytearray(_encode(_photo().convert("CMYK"), quality=90))
+        data = bytearray(encode(photo().convert("CMYK"), quality=90))
         i = data.index(b"\xff\xc0")
         data[i + 5:i + 9] = struct.pack(">HH", BOMB, BOMB)
         data = bytes(data)
@@ -137,7 +125,7 @@ def test_native_crop_resize_refuses_from_the_header(default_limit, kind, box):
     assert info.value.limit == default_limit and (info.value.height, info.value.width) == (BOMB, BOMB)
     assert _peak_mb() - before < MAX_GROWTH_MB
     # The per-thread decoder state is fine afterwards.
-    good = _encode(_photo(), quality=90)
+    good = encode(photo(), quality=90)
     native.crop_resize(good, (0, 0, 128, 96), out)
     expected = np.asarray(Image.fromarray(decode(good)).resize((224, 224), Image.BILINEAR, box=(0, 0, 128, 96)))
     assert np.array_equal(out.transpose(1, 2, 0), expected)
@@ -145,7 +133,7 @@ def test_native_crop_resize_refuses_from_the_header(default_limit, kind, box):
 
 @needs_native
 def test_native_limit_is_an_argument(default_limit):
-    good = _encode(_photo(), quality=90)  # 96 x 128 = 12288 pixels
+    good = encode(photo(), quality=90)  # 96 x 128 = 12288 pixels
     out = np.empty((3, 32, 32), np.uint8)
     with pytest.raises(ImageTooLarge, match="12288 pixels"):
         native.crop_resize(good, (0, 0, 128, 96), out, max_pixels=12287)
@@ -178,17 +166,17 @@ def test_pillow_fallback_cannot_bypass_the_limit(default_limit, monkeypatch):
         decode(png_declaring(10000, 10000))
     # Real, valid images Pillow would decode happily are refused over a small limit.
     monkeypatch.setenv("TURBOFEED_MAX_PIXELS", "12287")
-    for data in (_encode(_photo(), "PNG"), _encode(_photo(), "WEBP"), _encode(_photo(), quality=90)):
+    for data in (encode(photo(), "PNG"), encode(photo(), "WEBP"), encode(photo(), quality=90)):
         with pytest.raises(ImageTooLarge, match="12288 pixels"):
             decode(data)
         with pytest.raises(ImageTooLarge):
             decode_pillow(data)
     monkeypatch.setenv("TURBOFEED_MAX_PIXELS", "12288")
-    assert decode(_encode(_photo(), "PNG")).shape == (96, 128, 3)
+    assert decode(encode(photo(), "PNG")).shape == (96, 128, 3)
 
 
 def test_decode_limit_argument_and_arrays(default_limit):
-    good = _encode(_photo(), quality=90)
+    good = encode(photo(), quality=90)
     assert decode(good, max_pixels=None).shape == (96, 128, 3)
     with pytest.raises(ImageTooLarge):
         decode(good, max_pixels=100)
@@ -205,14 +193,9 @@ def bomb_shard(tmp_path):
     """14 samples: 12 good JPEGs and 2 bombs (s003.jpg, s008.png) declaring 60000 x 60000."""
     members, bad = [], {3: ("jpg", jpeg_declaring(BOMB, BOMB)), 8: ("png", png_declaring(BOMB, BOMB))}
     for i in range(14):
-        ext, payload = bad.get(i, ("jpg", _encode(_photo(seed=i), quality=90)))
+        ext, payload = bad.get(i, ("jpg", encode(photo(seed=i), quality=90)))
         members += [(f"s{i:03d}.{ext}", payload), (f"s{i:03d}.cls", str(i).encode())]
-    path = str(tmp_path / "bombs.tar")
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
+    path = write_tar(str(tmp_path / "bombs.tar"), members)
     return path
 
 
@@ -270,7 +253,7 @@ def test_loader_limit_is_configurable(default_limit, cpu_path, monkeypatch, sett
     path = str(tmp_path / "small.tar")
     with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
         for i, size in enumerate([(96, 128), (64, 64), (96, 128), (64, 64)]):
-            for name, payload in ((f"k{i}.jpg", _encode(_photo(*size, seed=i), quality=90)), (f"k{i}.cls", b"1")):
+            for name, payload in ((f"k{i}.jpg", encode(photo(*size, seed=i), quality=90)), (f"k{i}.cls", b"1")):
                 info = tarfile.TarInfo(name)
                 info.size = len(payload)
                 tar.addfile(info, io.BytesIO(payload))
@@ -321,7 +304,7 @@ def test_gpu_decoder_refuses_over_the_limit_before_its_backend(default_limit):
     decoder.max_pixels = default_limit
     backend_saw: list[bytes] = []
     decoder._decode = lambda datas: backend_saw.extend(datas) or [f"image {len(d)}" for d in datas]
-    good, bomb = _encode(_photo(), quality=90), jpeg_declaring(BOMB, BOMB)
+    good, bomb = encode(photo(), quality=90), jpeg_declaring(BOMB, BOMB)
     assert decoder.decode([good, bomb, b"not a jpeg"]) == [f"image {len(good)}", None, "image 10"]
     assert backend_saw == [good, b"not a jpeg"]  # unreadable headers are the backend's to reject
     assert decoder.decode([bomb]) == [None] and decoder.decode([]) == []

@@ -5,7 +5,6 @@ offsets or served from another file's descriptor."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -14,7 +13,7 @@ import sys
 import textwrap
 
 import numpy as np
-from PIL import Image
+from builders import small_jpeg, write_tar
 
 import turbofeed
 from turbofeed import transforms as T
@@ -22,28 +21,12 @@ from turbofeed.io import load_index
 
 
 
-def _jpeg(seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    pixels = np.repeat(np.repeat(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8), 8, 0), 8, 1)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-def write_tar(path: str, members: list[tuple[str, bytes]]) -> str:
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return path
-
 
 def _shard(path: str, labels: list[int], *, seed: int = 0) -> str:
     """A shard of ``len(labels)`` 32x32 JPEGs (one colour pattern per seed) and .cls labels."""
     members = []
     for i, label in enumerate(labels):
-        members.append((f"{i:06d}.jpg", _jpeg(seed + i)))
+        members.append((f"{i:06d}.jpg", small_jpeg(seed + i)))
         members.append((f"{i:06d}.cls", str(label).encode()))
     return write_tar(path, members)
 

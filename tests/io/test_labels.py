@@ -3,42 +3,23 @@ integer and name labels never collide, and ids from the names present come with 
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
 
-import numpy as np
 import pytest
-from PIL import Image
+from builders import small_jpeg, write_tar
 
 import turbofeed
 from turbofeed import transforms as T
 from turbofeed.io import Dataset
 
 
-def _jpeg(seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    pixels = np.repeat(np.repeat(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8), 8, 0), 8, 1)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-def _tar(path, members: list[tuple[str, bytes]]) -> str:
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return str(path)
-
 
 def _named(path, names: list[str], ext: str = "txt") -> str:
     members = []
     for i, name in enumerate(names):
-        members += [(f"{i:04d}.jpg", _jpeg(i)), (f"{i:04d}.{ext}", name.encode())]
-    return _tar(path, members)
+        members += [(f"{i:04d}.jpg", small_jpeg(i)), (f"{i:04d}.{ext}", name.encode())]
+    return write_tar(path, members)
 
 
 def test_laion_style_json_metadata_without_a_label_is_delivered_with_label_minus_one(tmp_path):
@@ -47,8 +28,8 @@ def test_laion_style_json_metadata_without_a_label_is_delivered_with_label_minus
     for i in range(6):
         meta = {"url": f"http://x/{i}.jpg", "caption": "a photo", "key": f"{i:09d}", "status": "success",
                 "width": 32, "height": 32}
-        members += [(f"{i:09d}.jpg", _jpeg(i)), (f"{i:09d}.json", json.dumps(meta).encode())]
-    path = _tar(tmp_path / "laion-00000.tar", members)
+        members += [(f"{i:09d}.jpg", small_jpeg(i)), (f"{i:09d}.json", json.dumps(meta).encode())]
+    path = write_tar(tmp_path / "laion-00000.tar", members)
     loader = turbofeed.DataLoader(path, batch_size=3, transform=T.imagenet_eval(32))
     labels = [y for _, ys in loader for y in ys.tolist()]
     assert labels == [-1] * 6
@@ -103,7 +84,7 @@ def _folder(root, classes: list[str], per_class: int = 2) -> str:
         os.makedirs(os.path.join(root, c), exist_ok=True)
         for i in range(per_class):
             with open(os.path.join(root, c, f"{i}.jpg"), "wb") as f:
-                f.write(_jpeg(i))
+                f.write(small_jpeg(i))
     return str(root)
 
 

@@ -51,14 +51,9 @@ def uploaded(server, shard_paths) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def aws_env(server, monkeypatch, tmp_path):
+def aws_env(server, point_aws_at):
     """The usual AWS variables point at the local server; a fresh node cache per test."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
+    point_aws_at(server.endpoint)
     configure(S3Config(retry=FAST_RETRY))
     yield
     gc.collect()

@@ -11,13 +11,13 @@ import io
 import json
 import logging
 import os
-import tarfile
 import threading
 import time
 from collections import Counter
 
 import numpy as np
 import pytest
+from builders import tar_bytes
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
@@ -53,22 +53,12 @@ def _jpeg(seed: int) -> bytes:
     return buf.getvalue()
 
 
-def _tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return buf.getvalue()
-
-
 def _shard(s: int) -> bytes:
     members = []
     for i in range(PER_SHARD):
         key = f"s{s:02d}-{i:04d}"
         members += [(f"{key}.jpg", _jpeg(s * PER_SHARD + i)), (f"{key}.cls", str(label_of(key)).encode())]
-    return _tar(members)
+    return tar_bytes(members)
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +83,8 @@ def bodies(server) -> dict[str, bytes]:
 
 
 @pytest.fixture(autouse=True)
-def aws_env(server, monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
+def aws_env(server, point_aws_at):
+    point_aws_at(server.endpoint)
     yield
     close_clients()
     configure(S3Config())

@@ -12,37 +12,19 @@ import os
 import shutil
 import tarfile
 
-import numpy as np
 import pytest
-from PIL import Image
+from builders import small_jpeg, tar_bytes
 
 import turbofeed
 from turbofeed import transforms as T
 from turbofeed.io import Dataset
 
 
-def _jpeg(seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    pixels = np.repeat(np.repeat(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8), 8, 0), 8, 1)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-def _tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return buf.getvalue()
-
 
 def _samples(prefix: str, n: int, label: int) -> list[tuple[str, bytes]]:
     out = []
     for i in range(n):
-        out += [(f"{prefix}{i:04d}.jpg", _jpeg(ord(prefix[0]) * 100 + i)), (f"{prefix}{i:04d}.cls", str(label).encode())]
+        out += [(f"{prefix}{i:04d}.jpg", small_jpeg(ord(prefix[0]) * 100 + i)), (f"{prefix}{i:04d}.cls", str(label).encode())]
     return out
 
 
@@ -58,8 +40,8 @@ def _loader(data, **kw):
 @pytest.mark.parametrize("suffix,compress", [(".tar.gz", gzip.compress), (".tgz", gzip.compress),
                                              (".tar.bz2", bz2.compress), (".tar.xz", lzma.compress)])
 def test_compressed_shards_beside_plain_ones_are_read(tmp_path, suffix, compress):
-    (tmp_path / "shard-000000.tar").write_bytes(_tar_bytes(_samples("a", 6, 1)))
-    (tmp_path / f"shard-000001{suffix}").write_bytes(compress(_tar_bytes(_samples("b", 5, 2))))
+    (tmp_path / "shard-000000.tar").write_bytes(tar_bytes(_samples("a", 6, 1)))
+    (tmp_path / f"shard-000001{suffix}").write_bytes(compress(tar_bytes(_samples("b", 5, 2))))
     loader = _loader(str(tmp_path))
     keys = _keys(loader)
     assert sorted(keys) == sorted([f"shard-000000.tar/a{i:04d}" for i in range(6)]
@@ -71,18 +53,18 @@ def test_compressed_shards_beside_plain_ones_are_read(tmp_path, suffix, compress
 
 
 def test_a_gzip_shard_named_like_a_plain_one_and_by_pattern_is_read(tmp_path):
-    (tmp_path / "packed.tar").write_bytes(gzip.compress(_tar_bytes(_samples("c", 3, 0))))
-    (tmp_path / "d.tgz").write_bytes(gzip.compress(_tar_bytes(_samples("d", 2, 0))))
+    (tmp_path / "packed.tar").write_bytes(gzip.compress(tar_bytes(_samples("c", 3, 0))))
+    (tmp_path / "d.tgz").write_bytes(gzip.compress(tar_bytes(_samples("d", 2, 0))))
     ds = Dataset([str(tmp_path / "packed.tar"), str(tmp_path / "*.tgz")])
     assert ds.num_samples == 5
 
 
 def test_a_replaced_gzip_shard_is_decompressed_again(tmp_path):
     path = tmp_path / "s.tar.gz"
-    path.write_bytes(gzip.compress(_tar_bytes(_samples("e", 3, 1))))
+    path.write_bytes(gzip.compress(tar_bytes(_samples("e", 3, 1))))
     assert Dataset(str(path)).labels.tolist() == [1, 1, 1]
     tmp = tmp_path / "new.tmp"
-    tmp.write_bytes(gzip.compress(_tar_bytes(_samples("e", 4, 5))))
+    tmp.write_bytes(gzip.compress(tar_bytes(_samples("e", 4, 5))))
     os.replace(tmp, path)
     assert Dataset(str(path)).labels.tolist() == [5, 5, 5, 5]
     copies = os.listdir(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "tar-plain"))
@@ -91,13 +73,13 @@ def test_a_replaced_gzip_shard_is_decompressed_again(tmp_path):
 
 def test_a_corrupt_gzip_shard_names_the_file(tmp_path):
     path = tmp_path / "bad.tar.gz"
-    path.write_bytes(gzip.compress(_tar_bytes(_samples("f", 3, 1)))[:-40])
+    path.write_bytes(gzip.compress(tar_bytes(_samples("f", 3, 1)))[:-40])
     with pytest.raises(turbofeed.DatasetError, match="bad.tar.gz: corrupt or truncated gzip"):
         Dataset(str(path))
 
 
 def test_a_zero_byte_shard_is_reported_not_skipped(tmp_path, caplog):
-    (tmp_path / "shard-000000.tar").write_bytes(_tar_bytes(_samples("a", 4, 1)))
+    (tmp_path / "shard-000000.tar").write_bytes(tar_bytes(_samples("a", 4, 1)))
     (tmp_path / "shard-000001.tar").write_bytes(b"")
     empty = str(tmp_path / "shard-000001.tar")
     loader = _loader(str(tmp_path))
@@ -110,9 +92,9 @@ def test_a_zero_byte_shard_is_reported_not_skipped(tmp_path, caplog):
 
 
 def test_a_tar_without_samples_is_reported(tmp_path):
-    (tmp_path / "shard-000000.tar").write_bytes(_tar_bytes(_samples("a", 2, 1)))
-    (tmp_path / "shard-000001.tar").write_bytes(_tar_bytes([]))
-    (tmp_path / "shard-000002.tar").write_bytes(_tar_bytes([("x.cls", b"1")]))
+    (tmp_path / "shard-000000.tar").write_bytes(tar_bytes(_samples("a", 2, 1)))
+    (tmp_path / "shard-000001.tar").write_bytes(tar_bytes([]))
+    (tmp_path / "shard-000002.tar").write_bytes(tar_bytes([("x.cls", b"1")]))
     loader = _loader(str(tmp_path))
     assert loader.stats.damaged_shards == [str(tmp_path / "shard-000001.tar"), str(tmp_path / "shard-000002.tar")]
     loader.close()
@@ -122,7 +104,7 @@ def test_duplicate_member_names_use_the_last_copy_and_are_reported(tmp_path, cap
     """``tar -rf`` appends a newer copy after the old one; extraction keeps the last."""
     path = tmp_path / "appended.tar"
     first = _samples("k", 3, 1)
-    path.write_bytes(_tar_bytes(first))
+    path.write_bytes(tar_bytes(first))
     with tarfile.open(path, "a", format=tarfile.USTAR_FORMAT) as tar:  # a relabelled k0001
         info = tarfile.TarInfo("k0001.cls")
         info.size = 1
@@ -138,7 +120,7 @@ def test_duplicate_member_names_use_the_last_copy_and_are_reported(tmp_path, cap
 
 
 def test_a_zstd_shard_is_reported_with_the_fix(tmp_path):
-    (tmp_path / "shard-000000.tar").write_bytes(_tar_bytes(_samples("a", 2, 1)))
+    (tmp_path / "shard-000000.tar").write_bytes(tar_bytes(_samples("a", 2, 1)))
     (tmp_path / "shard-000001.tar.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 64)
     loader = _loader(str(tmp_path))
     assert loader.stats.damaged_shards == [str(tmp_path / "shard-000001.tar.zst")]
