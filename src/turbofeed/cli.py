@@ -1,23 +1,58 @@
-"""The ``turbofeed`` command: make-dataset, convert, inspect, bench, gds-status."""
+"""The turbofeed command: make-dataset, convert, inspect, bench, gds-status, doctor.
+
+Every failure ends as one ``turbofeed: error: ...`` line on stderr with exit status 2
+(130 after Ctrl-C), never a traceback: see :func:`main`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
 
 import numpy as np
 
+from . import __version__
+from ._cli_args import (HelpFormatter, Parser, describe, existing_folder, fail, name_value, non_negative,
+                        positive)
 from .errors import TurbofeedError
 
+DESCRIPTION = ("Make, convert, inspect and benchmark image datasets for turbofeed: tar shards, "
+               "ImageFolder trees, Parquet, HDF5, Zarr and .npy.")
+EPILOG = ("Errors are one line on stderr with exit status 2; set TURBOFEED_TRACEBACK=1 to see a "
+          "traceback as well. Tar indexes and the demo set are cached in $TURBOFEED_CACHE_DIR "
+          "(default ~/.cache/turbofeed).")
 
-def _default_dataset() -> str:
+
+def _demo_dataset(count: int) -> str:
+    """The bench demo set of ``count`` images, made once into the cache.
+
+    One folder per count, so ``--count`` is honoured; written beside its final name and
+    renamed when complete, so an interrupted run never leaves a half set that a later run
+    would take for the real thing.
+    """
+    from ._datagen import make_imagenet_like
     from .io.tar import default_cache_dir
 
-    return os.path.join(default_cache_dir(), "demo-imagenet-like")
+    path = os.path.join(default_cache_dir(), f"demo-imagenet-like-{count}")
+    if os.path.isdir(path):
+        return path
+    print(f"no dataset given: making {count} ImageNet-like JPEGs in {path}")
+    partial = f"{path}.partial-{os.getpid()}"
+    try:
+        # force: a folder left by a killed run that had this pid is ours to replace
+        make_imagenet_like(partial, count=count, per_shard=max(1, count // 4), force=True)
+        os.rename(partial, path)
+    except OSError:
+        if not os.path.isdir(path):  # else another bench finished the same set first: use it
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return path
 
 
 def cmd_make_dataset(args: argparse.Namespace) -> int:
@@ -25,27 +60,21 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     if args.from_folder:
-        written = folder_to_shards(args.from_folder, args.out, per_shard=args.per_shard)
+        written = folder_to_shards(args.from_folder, args.out, per_shard=args.per_shard, force=args.force)
     else:
         written = make_imagenet_like(args.out, count=args.count, per_shard=args.per_shard,
-                                     classes=args.classes, seed=args.seed, layout=args.layout)
+                                     classes=args.classes, seed=args.seed, layout=args.layout, force=args.force)
     print(f"wrote {len(written)} {'shards' if args.layout == 'wds' or args.from_folder else 'class folders'}"
           f" to {args.out} in {time.perf_counter() - started:.1f} s")
     return 0
 
 
-def _format_options(pairs: list[str] | None) -> dict | None:
-    """``["images=pixels", "labels=none", "mmap=false"]`` -> format_options."""
+def _format_options(pairs: list[tuple[str, str]] | None) -> dict | None:
+    """``[("images", "pixels"), ("labels", "none")]`` -> format_options (none/true/false as Python)."""
     if not pairs:
         return None
     words = {"none": None, "true": True, "false": False}
-    options = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"turbofeed: error: --option wants NAME=VALUE, got {pair!r}")
-        options[name.strip()] = words.get(value.strip().lower(), value.strip())
-    return options
+    return {name: words.get(value.lower(), value) for name, value in pairs}
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -125,14 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import turbofeed
 
-    data = args.data
-    if data is None:
-        data = _default_dataset()
-        if not os.path.isdir(data) or not any(n.endswith(".tar") for n in os.listdir(data)):
-            print(f"no dataset given: making {args.count} ImageNet-like JPEGs in {data}")
-            from ._datagen import make_imagenet_like
-
-            make_imagenet_like(data, count=args.count, per_shard=max(1, args.count // 4))
+    data = args.data or _demo_dataset(args.count)
     loader = turbofeed.DataLoader(data, batch_size=args.batch_size, num_workers=args.workers,
                                   shuffle=True, seed=0, transform=_transform_for(args.pipeline, args.size))
     print(f"{loader.num_samples} samples, {len(loader)} batches of {args.batch_size}, "
@@ -168,73 +190,132 @@ def cmd_gds_status(args: argparse.Namespace) -> int:
     return 1 if status.config_error else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="turbofeed", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Which fast paths are on here (native decoder, GPU decoder, KvikIO, obstore), and why not."""
+    from ._doctor import collect, render  # lazily: it probes optional libraries
 
-    make = sub.add_parser("make-dataset", help="write ImageNet-like JPEG shards from real photos, "
-                                               "or convert an ImageFolder into shards")
-    make.add_argument("out", help="output folder")
-    make.add_argument("--count", type=int, default=5000)
-    make.add_argument("--per-shard", type=int, default=1000)
-    make.add_argument("--classes", type=int, default=100)
-    make.add_argument("--seed", type=int, default=0)
-    make.add_argument("--layout", choices=["wds", "folder"], default="wds")
-    make.add_argument("--from-folder", metavar="DIR", help="convert this ImageFolder tree instead")
+    report = collect()
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = {"formatter_class": HelpFormatter}
+    parser = Parser(prog="turbofeed", description=DESCRIPTION, epilog=EPILOG, **common)
+    parser.add_argument("--version", action="version", version=f"turbofeed {__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    make = sub.add_parser(
+        "make-dataset", help="write ImageNet-like JPEG shards from real photos, or convert an ImageFolder "
+        "into shards", description="Write ImageNet-like JPEGs (from the public-domain photos shipped "
+        "with turbofeed) as tar shards or an ImageFolder tree, or convert an ImageFolder tree into "
+        "shards. OUT must be empty or absent: a second run into a used folder is refused, since "
+        "the first run's extra shards would silently join the new dataset; --force replaces the "
+        "output of an earlier make-dataset (never other files).", **common)
+    make.add_argument("out", help="output folder (created; must be empty unless --force)")
+    make.add_argument("--count", type=positive, metavar="N", default=5000, help="images to write")
+    make.add_argument("--per-shard", type=positive, metavar="N", default=1000, help="images per tar shard")
+    make.add_argument("--classes", type=positive, metavar="N", default=100,
+                      help="labels 0..N-1, drawn at random")
+    make.add_argument("--seed", type=non_negative, metavar="N", default=0,
+                      help="the same seed writes the same bytes")
+    make.add_argument("--layout", choices=["wds", "folder"], default="wds",
+                      help="wds: tar shards of KEY.jpg + KEY.cls; folder: classNNNN/KEY.jpg")
+    make.add_argument("--from-folder", metavar="DIR", type=existing_folder,
+                      help="convert this ImageFolder tree instead (--count, --classes, --seed and "
+                           "--layout are ignored) (default: generate images)")
+    make.add_argument("--force", action="store_true",
+                      help="delete the shards and class folders an earlier make-dataset left in OUT first")
     make.set_defaults(func=cmd_make_dataset)
 
     convert = sub.add_parser("convert", help="convert between layouts: ImageFolder, Parquet, ... -> tar "
-                                             "shards; any dataset -> fixed-size uint8 .npy (resumable)")
+                                             "shards; any dataset -> fixed-size uint8 .npy (resumable)", **common)
     convert.add_argument("src", help="dataset: shards, pattern, folder, .parquet, .h5, .zarr, .npy")
     convert.add_argument("dst", help="output folder (a rerun continues an unfinished conversion)")
     convert.add_argument("--to", choices=["tar", "npy"], required=True,
                          help="tar: encoded images into shards; npy: decoded, resized, centre-cropped pixels")
-    convert.add_argument("--per-shard", type=int, default=1000, help="samples per tar shard")
-    convert.add_argument("--size", type=int, default=224, help="--to npy: output height and width")
-    convert.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="--to npy: decode threads")
+    convert.add_argument("--per-shard", type=positive, metavar="N", default=1000,
+                         help="--to tar: samples per shard")
+    convert.add_argument("--size", type=positive, metavar="N", default=224,
+                         help="--to npy: output height and width")
+    convert.add_argument("--workers", type=positive, metavar="N", default=os.cpu_count() or 2,
+                         help="--to npy: decode threads (default: the CPU count, %(default)s here)")
     convert.add_argument("--format", choices=["tar", "folder", "hdf5", "zarr", "npy", "parquet"],
-                         help="what SRC is, when its extension does not say")
-    convert.add_argument("-o", "--option", action="append", metavar="NAME=VALUE",
-                         help="a format option, e.g. -o images=pixels -o labels=none (see docs/formats.md)")
+                         help="what SRC is (default: from its extension, or a folder's contents)")
+    convert.add_argument("-o", "--option", action="append", metavar="NAME=VALUE", type=name_value,
+                         help="a format option, repeatable, e.g. -o images=pixels -o labels=none "
+                              "(see docs/formats.md) (default: none)")
     convert.set_defaults(func=cmd_convert)
 
-    inspect = sub.add_parser("inspect", help="counts, classes, image sizes of a dataset")
+    inspect = sub.add_parser("inspect", help="counts, classes, image sizes of a dataset", **common)
     inspect.add_argument("data", nargs="+", help="shards, pattern, or folder")
-    inspect.add_argument("--probe", type=int, default=200, help="headers to read for sizes")
-    inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("--probe", type=non_negative, metavar="N", default=200,
+                         help="image headers to read for sizes and formats (0: none)")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.set_defaults(func=cmd_inspect)
 
-    bench = sub.add_parser("bench", help="stream a dataset and print images/s")
-    bench.add_argument("data", nargs="*", help="shards, pattern or folder (default: a generated demo set)")
-    bench.add_argument("--count", type=int, default=2000, help="images in the generated demo set")
-    bench.add_argument("--batch-size", type=int, default=64)
-    bench.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    bench.add_argument("--epochs", type=int, default=2)
-    bench.add_argument("--warmup", type=int, default=1)
-    bench.add_argument("--size", type=int, default=224)
-    bench.add_argument("--pipeline", choices=["train", "train-float", "eval"], default="train")
+    bench = sub.add_parser("bench", help="stream a dataset and print images/s", **common)
+    bench.add_argument("data", nargs="*", help="shards, pattern or folder (default: a demo set of --count "
+                                               "images, made once in $TURBOFEED_CACHE_DIR)")
+    bench.add_argument("--count", type=positive, metavar="N", default=2000,
+                       help="images in the demo set (no DATA)")
+    bench.add_argument("--batch-size", type=positive, metavar="N", default=64, help="images per batch")
+    bench.add_argument("--workers", type=positive, metavar="N", default=os.cpu_count() or 2,
+                       help="decode threads (default: the CPU count, %(default)s here)")
+    bench.add_argument("--epochs", type=positive, metavar="N", default=2, help="timed epochs")
+    bench.add_argument("--warmup", type=non_negative, metavar="N", default=1,
+                       help="untimed epochs first (page cache, indexes)")
+    bench.add_argument("--size", type=positive, metavar="N", default=224, help="output height and width")
+    bench.add_argument("--pipeline", choices=["train", "train-float", "eval"], default="train",
+                       help="train: random resized crop + flip, uint8; train-float: the same, normalised "
+                            "float32; eval: resize + centre crop, uint8")
     bench.set_defaults(func=cmd_bench)
 
     gds = sub.add_parser("gds-status", help="what the GPUDirect-style client can use here, and why: CUDA, "
-                                            "KvikIO, cuFile/GDS, P2P, effective config and its sources")
+                                            "KvikIO, cuFile/GDS, P2P, effective config and its sources", **common)
     gds.add_argument("--config", metavar="YAML", help="GDS config file (default: $TURBOFEED_GDS_CONFIG)")
-    gds.add_argument("--json", action="store_true")
+    gds.add_argument("--json", action="store_true", help="print the status as JSON")
     gds.set_defaults(func=cmd_gds_status)
+
+    doctor = sub.add_parser("doctor", help="which fast paths are on here (native decoder, GPU decoder, "
+                                           "KvikIO, obstore), and why not", **common)
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(func=cmd_doctor)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "data", None) == []:
-        args.data = None
+    """Run the command line; return the exit status (the ``turbofeed`` script exits with it).
+
+    0: done. 2: any error, as one ``turbofeed: error:`` line (usage, TurbofeedError,
+    ValueError, OSError, and unexpected exceptions, which also say how to see the
+    traceback). 130: Ctrl-C. 141: stdout was closed early (``| head``), as a shell
+    reports SIGPIPE; nothing is printed then. ``gds-status`` returns 1 when its config
+    is broken: a report, not a failure to run.
+    """
     try:
-        return args.func(args)
-    except TurbofeedError as exc:
-        print(f"turbofeed: error: {exc}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, where it is handled, not at exit
+        return status
+    except BrokenPipeError:
+        # The Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at
+        # devnull so the interpreter's last flush does not raise again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
-        print("turbofeed: interrupted", file=sys.stderr)
+        fail("interrupted")
         return 130
+    except Exception as exc:
+        if os.environ.get("TURBOFEED_TRACEBACK", "") not in ("", "0"):
+            raise
+        if isinstance(exc, (TurbofeedError, ValueError, OSError)):
+            fail(describe(exc))
+        else:  # a bug: still one line, with the type to report it by
+            fail(f"internal error: {type(exc).__name__}: {describe(exc)} (set TURBOFEED_TRACEBACK=1 to see where)")
+        return 2
 
 
 if __name__ == "__main__":

@@ -73,8 +73,16 @@ class Stats:
             }
 
     def profile(self) -> str:
-        """One line per stage: seconds and share of the total, biggest first."""
-        d = self.as_dict()["seconds"]
-        total = sum(d.values()) or 1.0
-        rows = sorted(d.items(), key=lambda kv: -kv[1])
+        """One line per stage that ran: seconds and share of the total, biggest first.
+
+        Stages that never ran (``decode.gpu`` on the CPU path, ``augment`` and ``collate``
+        where decoding writes straight into the batch) are left out: rows of 0.000 s
+        would read as "free" rather than "not used here". ``as_dict()`` keeps them all.
+        """
+        with self._lock:
+            ran = {k: v for k, v in self.seconds.items() if v > 0}
+        if not ran:
+            return "(no stage has run yet)"
+        total = sum(ran.values())
+        rows = sorted(ran.items(), key=lambda kv: -kv[1])
         return "\n".join(f"{k:<11} {v:9.3f} s {100 * v / total:5.1f}%" for k, v in rows)

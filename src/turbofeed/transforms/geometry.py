@@ -13,6 +13,7 @@ crop offsets, ``round`` for centre crops), so recipes port unchanged.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from dataclasses import dataclass
 
@@ -47,12 +48,47 @@ class Window:
     flip: bool = False
 
 
-def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    if len(size) != 2:
-        raise ValueError(f"size must be an int or (height, width), got {size!r}")
-    return int(size[0]), int(size[1])
+def _side(owner: str, size: object, value: object) -> int:
+    # bool is an int subclass, but Resize(True) is a mistake, not a 1-pixel resize
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: size must be an int or (height, width) of ints, got {size!r}")
+    if value < 1:
+        raise ValueError(f"{owner}: size must be > 0, got {size!r}")
+    return int(value)
+
+
+def check_size(owner: str, size: object) -> int | tuple[int, int]:
+    """``size`` as given if it is a positive int, else a ``(height, width)`` tuple of them.
+
+    Checked when the transform is built: a size of 0 found per image would only surface
+    as every sample failing, and the loader would blame the data.
+
+    Raises:
+        TypeError: not an int nor a pair of ints.
+        ValueError: a side below 1, or not two sides; the message names ``owner``.
+    """
+    if isinstance(size, (tuple, list)):
+        if len(size) != 2:
+            raise ValueError(f"{owner}: size must be an int or (height, width), got {size!r}")
+        return _side(owner, size, size[0]), _side(owner, size, size[1])
+    return _side(owner, size, size)
+
+
+def _pair(owner: str, size: object) -> tuple[int, int]:
+    checked = check_size(owner, size)
+    return (checked, checked) if isinstance(checked, int) else checked
+
+
+def _range(owner: str, name: str, value: object) -> tuple[float, float]:
+    """A ``(min, max)`` range with ``0 < min <= max`` (NaN and infinity refused): a zero
+    or negative bound would only fail later, in ``log`` or as empty crops, per image."""
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner}: {name} must be (min, max), got {value!r}") from None
+    if not 0 < low <= high < math.inf:
+        raise ValueError(f"{owner}: {name} must be (min, max) with 0 < min <= max, got {value!r}")
+    return low, high
 
 
 class GeometricOp:
@@ -67,7 +103,7 @@ class Resize(GeometricOp):
     truncation of the longer side); ``(height, width)`` sets both."""
 
     def __init__(self, size: int | tuple[int, int]) -> None:
-        self.size = size
+        self.size = check_size("Resize", size)
 
     def apply(self, view: View, rng: random.Random) -> View:
         if isinstance(self.size, int):
@@ -76,7 +112,7 @@ class Resize(GeometricOp):
             new_short, new_long = self.size, int(self.size * long / short)
             h, w = (new_short, new_long) if view.height <= view.width else (new_long, new_short)
         else:
-            h, w = _pair(self.size)
+            h, w = self.size
         return View(view.box, h, w)
 
     def __repr__(self) -> str:
@@ -91,7 +127,7 @@ class CenterCrop(GeometricOp):
     """
 
     def __init__(self, size: int | tuple[int, int]) -> None:
-        self.size = _pair(size)
+        self.size = _pair("CenterCrop", size)
 
     def apply(self, view: View, rng: random.Random) -> View:
         ch, cw = self.size
@@ -110,17 +146,21 @@ class RandomResizedCrop(GeometricOp):
 
     Args:
         size: output size, int or (height, width).
-        scale: range of the crop area as a fraction of the image area.
-        ratio: range of the crop aspect ratio (width / height), sampled log-uniformly.
+        scale: range of the crop area as a fraction of the image area, ``0 < min <= max``
+            (a max above 1, as torchvision allows, makes more draws fall back).
+        ratio: range of the crop aspect ratio (width / height), sampled log-uniformly,
+            ``0 < min <= max``.
+
+    Raises:
+        ValueError: a size below 1 or a range that is not ``0 < min <= max``, named in
+            the message (also in the other ops: sizes > 0, ``p`` in [0, 1]).
     """
 
     def __init__(self, size: int | tuple[int, int], scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
-        if scale[0] > scale[1] or ratio[0] > ratio[1]:
-            raise ValueError(f"scale and ratio must be (min, max), got {scale}, {ratio}")
-        self.size = _pair(size)
-        self.scale = scale
-        self.ratio = ratio
+        self.size = _pair("RandomResizedCrop", size)
+        self.scale = _range("RandomResizedCrop", "scale", scale)
+        self.ratio = _range("RandomResizedCrop", "ratio", ratio)
 
     def params(self, height: int, width: int, rng: random.Random) -> tuple[int, int, int, int]:
         """torchvision's ``get_params``: (top, left, crop height, crop width)."""
@@ -158,6 +198,8 @@ class RandomHorizontalFlip:
     """Mirror left-right with probability ``p``."""
 
     def __init__(self, p: float = 0.5) -> None:
+        if not 0 <= p <= 1:  # NaN fails too
+            raise ValueError(f"RandomHorizontalFlip: p must be a probability in [0, 1], got {p!r}")
         self.p = p
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,8 +41,12 @@ class Normalize:
 
     def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  dtype: str = "float32") -> None:
-        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-            raise ValueError(f"mean and std need 3 values, std > 0; got {mean}, {std}")
+        # Checked here, not per image: a zero std gives inf pixels with no error at all.
+        mean, std = tuple(mean), tuple(std)
+        if len(mean) != 3 or not all(math.isfinite(m) for m in mean):
+            raise ValueError(f"Normalize: mean needs 3 finite values (R, G, B), got {mean!r}")
+        if len(std) != 3 or not all(math.isfinite(s) and s > 0 for s in std):
+            raise ValueError(f"Normalize: std needs 3 finite values > 0 (R, G, B), got {std!r}")
         self.mean, self.std, self.dtype = tuple(mean), tuple(std), dtype
         host, name = _dtype(dtype)
         self.spec = OutputSpec(host, np.asarray(mean, np.float32) * 255, 1.0 / (np.asarray(std, np.float32) * 255),
