@@ -1,7 +1,8 @@
 """Native JPEG fast path: decode only the crop window, resize, flip and write into a batch
 slot in one C call that releases the GIL (the optional extension ``turbofeed.decode._crop``,
 built against libjpeg-turbo by ``pip install`` when a compiler and the libjpeg headers are
-present; without it :func:`available` is False and turbofeed uses its Python path).
+present; without it :func:`available` is False, turbofeed uses its Python path, about 2x
+slower, and the first loader of the process says so once: :func:`log_once_if_off`).
 
 What it computes: the pixels of
 ``Image.fromarray(decode(data)).resize((w, h), Image.BILINEAR, box=box)`` (the Python
@@ -25,6 +26,8 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -33,18 +36,64 @@ import numpy as np
 
 from .limits import DEFAULT, DefaultLimit, resolve
 
+log = logging.getLogger("turbofeed")
+
+# How to get the extension; setup.py prints the same commands when it cannot build it.
+BUILD_FIX = ("install a C compiler and the libjpeg-turbo headers (Debian: apt-get install gcc "
+             "libjpeg62-turbo-dev; Ubuntu: libjpeg-turbo8-dev; Fedora: dnf install gcc libjpeg-turbo-devel), "
+             "then rebuild: pip install --force-reinstall --no-deps --no-cache-dir turbofeed "
+             "(in a checkout: pip install -e .)")
+
 try:
     from . import _crop
-except ImportError:  # built without a compiler or the libjpeg headers
+except ImportError as exc:
     _crop = None
+    if importlib.util.find_spec(f"{__package__}._crop") is None:
+        _WHY_OFF = ("the extension turbofeed.decode._crop is not built (no C compiler or libjpeg headers "
+                    "when turbofeed was installed)")
+        _FIX: str | None = BUILD_FIX
+    else:  # built, but does not load: e.g. the libjpeg shared library is gone
+        _WHY_OFF = f"the extension turbofeed.decode._crop does not import: {exc}"
+        _FIX = f"install the libjpeg-turbo runtime library (Debian: libjpeg62-turbo), or {BUILD_FIX}"
+else:
+    _WHY_OFF, _FIX = "", None
 
 _ENABLED = _crop is not None and os.environ.get("TURBOFEED_NATIVE", "1") != "0"
+if _crop is not None and not _ENABLED:
+    _WHY_OFF, _FIX = "turned off with TURBOFEED_NATIVE=0", "unset TURBOFEED_NATIVE"
 _scratch = threading.local()
+_notice = {"done": False, "lock": threading.Lock()}
 
 
 def available() -> bool:
     """True when the extension is built and not turned off with ``TURBOFEED_NATIVE=0``."""
     return _ENABLED
+
+
+def status() -> tuple[bool, str, str | None]:
+    """``(on, why, fix)``: whether the native decoder is in use, why (not), and how to
+    get it (None when on). ``turbofeed doctor`` shows this."""
+    if _ENABLED:
+        built = os.path.basename(_crop.__file__)
+        return True, f"built ({built}), crop-window decode with libjpeg-turbo; TURBOFEED_NATIVE=0 turns it off", None
+    return False, _WHY_OFF, _FIX
+
+
+def log_once_if_off() -> None:
+    """Say once per process that the native decoder is off, where a loader would use it:
+    a warning with why and the fix, or an info line when ``TURBOFEED_NATIVE=0`` asked for it."""
+    if _ENABLED:
+        return
+    with _notice["lock"]:
+        if _notice["done"]:
+            return
+        _notice["done"] = True
+    if _crop is not None:
+        log.info("turbofeed: the native JPEG decoder is off (TURBOFEED_NATIVE=0): decoding takes the "
+                 "Python path, about 2x slower")
+    else:
+        log.warning("turbofeed: the native JPEG decoder is off, so decoding runs about 2x slower: %s. "
+                    "Fix: %s. `turbofeed doctor` shows what is on.", _WHY_OFF, _FIX)
 
 
 def header(data: bytes) -> tuple[int, int, str]:

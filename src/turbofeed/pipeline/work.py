@@ -43,6 +43,8 @@ class SampleWork:
         self.seed = seed
         self.epoch = epoch
         self.native = native.available() and transform is not None
+        if transform is not None:
+            native.log_once_if_off()  # one warning per process: why it is off, how to get it
         # Read once, not per sample (an environment lookup costs ~0.5 us under the GIL).
         self.max_pixels = max_pixels()
 

@@ -1,0 +1,193 @@
+"""``turbofeed doctor``: which fast paths are on here, why not, and the command that fixes each.
+
+:func:`collect` asks the modules that own each path (``decode.native``, ``decode.gpu``,
+``gds.status``) rather than guessing, and never raises: a broken install is a line of the
+report. :func:`render` prints it as one aligned line per capability.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+TORCH_FIX = "pip install 'turbofeed[torch]'"
+CUDA_TORCH_FIX = ("install a CUDA build of PyTorch: the pip command for your CUDA version is at "
+                  "https://pytorch.org/get-started/locally/")
+GPU_BACKEND_FIX = ("pip install 'nvidia-nvimgcodec-cu12[nvjpeg]' (or torchvision built for your torch: "
+                   "pip install torchvision)")
+GDS_FIX = "pip install 'turbofeed[gds]'"
+S3_FIX = "pip install 'turbofeed[s3]'"
+_GPU_MODULES = {"nvimgcodec": "nvidia.nvimgcodec", "torchvision": "torchvision.io"}
+
+
+def _entry(on: bool, why: str, fix: str | None = None) -> dict[str, Any]:
+    return {"on": bool(on), "why": why, "fix": None if on else fix}
+
+
+def _drop_fix(why: str) -> str:
+    """A probe's reason without the install hint it appends (the report has a fix column)."""
+    for hint in (" (pip install", ": pip install"):
+        if hint in why:
+            return why[:why.index(hint)]
+    return why
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _native() -> dict[str, Any]:
+    from .decode import native
+
+    return _entry(*native.status())
+
+
+def _torch() -> tuple[dict[str, Any], Any]:
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - a broken install is "off", with its error
+        return _entry(False, f"not installed ({type(exc).__name__}: {exc}); turbofeed.DataLoader needs it",
+                      TORCH_FIX), None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    return _entry(True, f"PyTorch {torch.__version__} ({build})"), torch
+
+
+def _cuda(status: Any, torch: Any) -> dict[str, Any]:
+    if status.cuda:
+        names = ", ".join(sorted({d["name"] for d in status.devices}))
+        return _entry(True, f"{status.cuda_why}: {names}")
+    if torch is None:
+        fix = f"{TORCH_FIX}, then {CUDA_TORCH_FIX}"
+    elif torch.version.cuda is None:
+        fix = CUDA_TORCH_FIX
+    else:
+        fix = "check that nvidia-smi lists a GPU and CUDA_VISIBLE_DEVICES allows it (containers: --gpus all)"
+    return _entry(False, status.cuda_why, fix)
+
+
+def _gpu_decoder(cuda: dict[str, Any], torch: Any) -> dict[str, Any]:
+    from .decode.gpu import find_backend
+
+    name, reason = find_backend("auto")
+    installed = [b for b, module in _GPU_MODULES.items() if _has_module(module)]
+    backends = f"backends installed: {', '.join(installed) or 'none'}"
+    if name is not None:
+        return _entry(True, f"{reason} ({backends}); used with gpu_decode=True")
+    if torch is None:
+        fix = TORCH_FIX
+    elif not cuda["on"]:
+        fix = cuda["fix"] if installed else f"{cuda['fix']}; then {GPU_BACKEND_FIX}"
+    else:
+        fix = GPU_BACKEND_FIX
+    return _entry(False, f"{_drop_fix(reason)}; {backends}", fix)
+
+
+def _has_module(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        return False
+
+
+def _kvikio(status: Any) -> dict[str, Any]:
+    return _entry(status.kvikio, _drop_fix(status.kvikio_why), GDS_FIX)
+
+
+def _cufile(status: Any, cuda: dict[str, Any]) -> dict[str, Any]:
+    driver = f"nvidia-fs {'loaded: GPUDirect Storage' if status.nvidia_fs else 'not loaded'}"
+    library = f"libcufile {status.libcufile or 'not found'}"
+    if not status.kvikio:
+        return _entry(False, "n/a: KvikIO is not installed (turbofeed reaches cuFile through it)", GDS_FIX)
+    if not cuda["on"]:
+        return _entry(False, "n/a: no CUDA", cuda["fix"])
+    if status.compat_effective is False:
+        return _entry(True, f"{status.compat_why}; {library}; {driver}")
+    if status.libcufile is None:
+        fix = "pip install nvidia-cufile-cu12 (or install CUDA's GDS package, libcufile)"
+    elif not status.run_udev_readable:
+        fix = "run the container with --volume /run/udev:/run/udev:ro"
+    elif status.compat_mode == "ON":
+        fix = "unset KVIKIO_COMPAT_MODE (or set it to AUTO)"
+    else:
+        fix = "turbofeed gds-status shows the details"
+    return _entry(False, f"{status.compat_why or 'KvikIO compat mode'}; {library}; {driver}", fix)
+
+
+def _importable(module: str, does: str, without: str) -> dict[str, Any]:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a broken install is "off", with its error
+        return _entry(False, f"not installed ({type(exc).__name__}: {exc}); {without}", S3_FIX)
+    return _entry(True, f"{module} {_version(module)}: {does}")
+
+
+def _gds_status() -> tuple[Any, dict[str, Any] | None]:
+    """``(gds.status.Status, None)``, or ``(None, an "off" entry)`` if the probe raised."""
+    try:
+        from .gds.status import probe
+
+        return probe(), None
+    except Exception as exc:  # noqa: BLE001 - probe() should not raise; if it does, say so
+        return None, _entry(False, f"the GDS probe failed: {type(exc).__name__}: {exc}",
+                            "turbofeed gds-status shows the details")
+
+
+def _guard(name: str, probe: Any, *args: Any) -> Any:
+    """``probe(*args)``, or an "off" entry naming the error: the report never raises."""
+    try:
+        return probe(*args)
+    except Exception as exc:  # noqa: BLE001 - a doctor must finish its report
+        return _entry(False, f"the {name} probe failed: {type(exc).__name__}: {exc}",
+                      "report this at the turbofeed issue tracker")
+
+
+def collect() -> dict[str, Any]:
+    """What this machine offers turbofeed, JSON-safe.
+
+    Returns:
+        ``{"version": str, "python": str, <capability>: {"on": bool, "why": str,
+        "fix": str | None}, ...}`` for ``native_decoder``, ``gpu_decoder``, ``kvikio``,
+        ``cufile``, ``obstore``, ``boto3``, ``torch`` and ``cuda``. ``fix`` is the command
+        (or step) that turns an "off" capability on; None when it is on.
+    """
+    from . import __version__
+
+    report: dict[str, Any] = {"version": __version__,
+                              "python": f"{platform.python_version()} ({sys.executable})"}
+    report["native_decoder"] = _guard("native decoder", _native)
+    torch_entry, torch = _torch()
+    status, failed = _gds_status()
+    cuda = _guard("CUDA", _cuda, status, torch) if status is not None else failed
+    report["gpu_decoder"] = _guard("GPU decoder", _gpu_decoder, cuda, torch)
+    report["kvikio"] = _guard("KvikIO", _kvikio, status) if status is not None else failed
+    report["cufile"] = _guard("cuFile", _cufile, status, cuda) if status is not None else failed
+    report["obstore"] = _guard("obstore", _importable, "obstore", "S3 reads in Rust with the GIL released",
+                               "s3:// reads go through boto3, slower")
+    report["boto3"] = _guard("boto3", _importable, "boto3", "AWS profiles and SSO, multipart uploads",
+                             "no AWS profiles/SSO or uploads")
+    report["torch"] = torch_entry
+    report["cuda"] = cuda
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as text: a header line, then ``name  ON|off  why  fix: ...`` per capability."""
+    rows = [(name, entry) for name, entry in report.items() if isinstance(entry, dict) and "on" in entry]
+    width = max(len(name) for name, _ in rows) + 2
+    lines = [f"turbofeed {report.get('version', '?')}, Python {report.get('python', '?')}"]
+    for name, entry in rows:
+        line = f"{name:<{width}}{'ON' if entry['on'] else 'off':<5}{entry['why']}"
+        if not entry["on"] and entry.get("fix"):
+            line += f"  fix: {entry['fix']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+__all__ = ["collect", "render"]

@@ -1,0 +1,84 @@
+"""`turbofeed doctor`: which fast paths are on here, why not, and the fix for each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from turbofeed import _doctor
+from turbofeed.decode import native
+
+CAPABILITIES = ("native_decoder", "gpu_decoder", "kvikio", "cufile", "obstore", "boto3", "torch", "cuda")
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _collect_in_subprocess(**env: str) -> dict:
+    code = "import json, turbofeed._doctor as d; print(json.dumps(d.collect()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_collect_has_one_entry_per_capability_and_is_json():
+    report = _doctor.collect()
+    assert json.loads(json.dumps(report)) == report
+    assert report["version"] and report["python"]
+    for name in CAPABILITIES:
+        entry = report[name]
+        assert set(entry) == {"on", "why", "fix"}, name
+        assert isinstance(entry["on"], bool) and entry["why"], name
+        if not entry["on"]:
+            assert entry["fix"], f"{name} is off and has no fix"
+
+
+@pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
+def test_native_decoder_on_when_built():
+    entry = _doctor.collect()["native_decoder"]
+    assert entry["on"] and entry["fix"] is None
+
+
+def test_native_decoder_off_names_the_variable():
+    entry = _collect_in_subprocess(TURBOFEED_NATIVE="0")["native_decoder"]
+    assert not entry["on"]
+    assert "TURBOFEED_NATIVE=0" in entry["why"]
+    assert "TURBOFEED_NATIVE" in entry["fix"]
+
+
+@pytest.mark.skipif(_cuda(), reason="CUDA is available here")
+def test_cuda_and_gpu_decoder_off_without_cuda():
+    report = _doctor.collect()
+    assert not report["cuda"]["on"] and "CUDA" in report["cuda"]["why"]
+    assert not report["gpu_decoder"]["on"] and report["gpu_decoder"]["why"]
+
+
+def test_render_shows_every_capability():
+    report = _doctor.collect()
+    text = _doctor.render(report)
+    lines = text.splitlines()
+    for name in CAPABILITIES:
+        line = next(line for line in lines if line.startswith(name + " "))
+        assert ("ON" if report[name]["on"] else "off") in line
+        assert report[name]["why"] in line
+        if not report[name]["on"]:
+            assert report[name]["fix"] in line
+    assert report["version"] in text
+
+
+def test_cli_doctor_json():
+    done = subprocess.run([sys.executable, "-m", "turbofeed", "doctor", "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(CAPABILITIES) <= set(report)
