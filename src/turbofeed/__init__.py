@@ -1,30 +1,49 @@
 """turbofeed: tar shards and image folders to PyTorch batches, fast, and never hanging.
 
-Public names only; see ``turbofeed.DataLoader`` and ``turbofeed.Pipeline``.
+Public names only. ``turbofeed.DataLoader`` (batches as torch tensors) and
+``turbofeed.MultiGpuTransfer`` need PyTorch (``pip install 'turbofeed[torch]'``), which is
+imported when they are first used, not by ``import turbofeed``; ``turbofeed.Pipeline``
+(samples as NumPy arrays) does not need it.
 """
 
+from importlib import import_module as _import_module
+from importlib.util import find_spec as _find_spec
+
 from . import transforms
-from .errors import DatasetError, ImageTooLarge, SampleError, TurbofeedError
+from .errors import DatasetError, ImageTooLarge, MissingExtra, SampleError, TurbofeedError
 from .io.s3config import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 
 __version__ = "0.1.0"
 
+# Imported on first use (they import torch): name -> module.
+_NEED_TORCH = {"DataLoader": ".torch.loader", "MultiGpuTransfer": ".torch.multi_gpu"}
+
 __all__ = sorted([
-    "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MultiGpuTransfer", "Pipeline",
-    "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
+    "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra", "MultiGpuTransfer",
+    "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
 ])
+if _find_spec("torch") is None:  # not installed: `from turbofeed import *` still works
+    __all__.remove("DataLoader")
+    __all__.remove("MultiGpuTransfer")
 
 
 def __getattr__(name: str):
-    if name == "DataLoader":  # imports torch, so only when used
-        from .torch.loader import DataLoader
+    if name not in _NEED_TORCH:
+        raise AttributeError(f"module 'turbofeed' has no attribute {name!r}")
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtra(f"turbofeed.{name} needs PyTorch, which cannot be imported here ({exc}): "
+                           f"pip install 'turbofeed[torch]'") from exc
+    value = getattr(_import_module(_NEED_TORCH[name], __name__), name)
+    globals()[name] = value  # found directly from now on
+    return value
 
-        return DataLoader
-    if name == "MultiGpuTransfer":
-        from .torch.multi_gpu import MultiGpuTransfer
 
-        return MultiGpuTransfer
-    raise AttributeError(f"module 'turbofeed' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    """The module's names, with the torch ones (``help(turbofeed)`` documents what it
+    lists; it imports torch then, as any use of them does)."""
+    return sorted(set(globals()) | set(__all__))

@@ -7,6 +7,14 @@ class TurbofeedError(Exception):
     """Base class of every error turbofeed raises on purpose."""
 
 
+class MissingExtra(TurbofeedError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs
+    it: ``pip install 'turbofeed[torch]'`` (``hdf5``, ``zarr``, ``parquet``, ``s3``, ...).
+
+    An ``ImportError``, so ``from turbofeed import DataLoader`` without torch shows the message.
+    """
+
+
 class DatasetError(TurbofeedError):
     """The dataset as a whole cannot be used: a missing path, no samples, a broken shard.
 

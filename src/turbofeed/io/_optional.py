@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..errors import TurbofeedError
+from ..errors import MissingExtra
 
-
-class MissingExtra(TurbofeedError, ImportError):
-    """A format's library is not installed; the message names the extra that installs it."""
+__all__ = ["MissingExtra", "require"]  # MissingExtra lives in turbofeed.errors (shared with torch)
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:

@@ -96,7 +96,7 @@ class _LoaderIterator:
             def acquire() -> list:
                 return [None] * batch_size
             self.pool = None
-        self.stream = BatchStream(plan, fill, acquire, policy, num_workers=loader.num_workers,
+        self.stream = BatchStream(plan, fill, acquire, policy, num_workers=loader.num_threads,
                                   prefetch=loader.prefetch)
         on_gpu = loader.device is not None and loader.device.type == "cuda" and self.gpu is None
         self.cuda = CudaDelivery(loader.device) if on_gpu else None

@@ -19,6 +19,7 @@ from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stats import Stats
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
 from ..transforms import Compose
+from ._compat import TorchDropIn
 from ._iterator import _LoaderIterator
 from .device import gpu_available
 from .env import detect
@@ -27,7 +28,7 @@ from .hybrid import HybridSplit
 log = logging.getLogger("turbofeed")
 
 
-class DataLoader:
+class DataLoader(TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
     Args:
@@ -80,6 +81,10 @@ class DataLoader:
             loader, whichever names its data holds (train and val agree). Without it, ids
             follow the sorted names found, with a warning. See :mod:`turbofeed.io.labels`.
 
+    Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
+    ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
+    ``num_workers`` (0 processes; threads: ``num_threads``)...: :class:`~turbofeed.torch._compat.TorchDropIn`.
+
     Example::
 
         loader = turbofeed.DataLoader("data/shard-{000000..000009}.tar", batch_size=256,
@@ -111,7 +116,7 @@ class DataLoader:
             transform = Compose(transform)
         self.transform = transform
         self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.num_threads = num_workers
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
@@ -127,9 +132,9 @@ class DataLoader:
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
         self._gpu_decoder = self._gpu_decoder_for(gpu_decode)  # may move self.device to its GPU
-        self.pin_memory = (self.device is not None) if pin_memory is None else pin_memory
-        if self.pin_memory and not gpu_available():
-            self.pin_memory = False  # page-locking needs the CUDA runtime
+        self._pinned = (self.device is not None) if pin_memory is None else pin_memory
+        if self._pinned and not gpu_available():
+            self._pinned = False  # page-locking needs the CUDA runtime
         # Lives across epochs: the speeds measured in one epoch set the next one's split.
         self._hybrid = HybridSplit(num_workers) if hybrid and self._gpu_decoder is not None else None
         # Where the epoch stands (what state_dict reports): the current pass began after
@@ -267,18 +272,34 @@ class DataLoader:
             self._fixed_epoch = None
             self._next_epoch = self._epoch
 
+    def _upcoming_epoch(self) -> int:
+        """The epoch the next ``iter(self)`` runs."""
+        if self._resume:
+            return self._epoch
+        return self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+
+    def _resume_at(self, batches: int) -> None:
+        """The next ``iter(self)`` runs the upcoming epoch from its batch ``batches``, exactly
+        (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate)."""
+        with self._iter_lock:
+            self._retire_active()
+            self._epoch = self._upcoming_epoch()
+            self._start = min(self.dataset.num_samples, batches * self.batch_size * self.world_size)
+            self._batches_done, self._batches_base, self._resume = 0, batches, True
+
     def _current(self, it: _LoaderIterator) -> bool:
         return self._active is not None and self._active() is it
 
     def _advance(self, it: _LoaderIterator) -> None:
-        """Pass ``it`` delivered another batch."""
+        """Pass ``it`` delivered another batch (so the next pass runs the next epoch)."""
         if self._current(it):
             self._batches_done = it.delivered
+            self._next_epoch = it.epoch + 1
 
     def _finish_epoch(self, it: _LoaderIterator) -> None:
         """Pass ``it`` delivered its whole epoch: the state points at the next one."""
         if self._current(it):
-            self._epoch = it.epoch + 1
+            self._epoch = self._next_epoch = it.epoch + 1
             self._start = self._batches_done = self._batches_base = 0
 
     def _live(self) -> _LoaderIterator | None:
@@ -309,7 +330,7 @@ class DataLoader:
         shape = (self.batch_size, h, w, 3) if last else (self.batch_size, 3, h, w)
 
         def make() -> Slot:
-            return Slot(make_array(shape, output_dtype, self.pin_memory),
+            return Slot(make_array(shape, output_dtype, self._pinned),
                         np.empty(self.batch_size, dtype=np.int64))
         key = (shape, output_dtype.name)
         if key not in self._pools:
@@ -320,7 +341,8 @@ class DataLoader:
         """A new pass, as ``torch.utils.data.DataLoader``: it starts its epoch from the
         beginning, whatever an earlier pass left undone (only the first pass after
         :meth:`load_state_dict` continues at the saved position). The epoch is the one of
-        :meth:`set_epoch`, else the one after the previous pass's. E.g. with 12 batches::
+        :meth:`set_epoch`, else the one after that of the last pass that yielded a batch
+        (a bare ``iter()``, as Lightning's check, takes no epoch). E.g. with 12 batches::
 
             next(iter(loader))           # epoch 0, batch 0 (a peek)
             list(loader)                 # epoch 1, all 12 batches
@@ -344,7 +366,6 @@ class DataLoader:
                 start = 0
                 self._epoch, self._start, self._batches_base = epoch, 0, 0
             self._batches_done = 0
-            self._next_epoch = epoch + 1
             it = _LoaderIterator(self, epoch, start)
             self._active = weakref.ref(it)
         return it
@@ -379,5 +400,5 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
-                f"rank={self.rank}/{self.world_size}, workers={self.num_workers}, transform={self.transform!r})")
+                f"rank={self.rank}/{self.world_size}, threads={self.num_threads}, transform={self.transform!r})")
 
