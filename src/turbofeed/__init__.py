@@ -6,6 +6,7 @@ imported when they are first used, not by ``import turbofeed``; ``turbofeed.Pipe
 (samples as NumPy arrays) does not need it.
 """
 
+import typing as _typing
 from importlib import import_module as _import_module
 from importlib.util import find_spec as _find_spec
 
@@ -15,32 +16,37 @@ from .io.s3config import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 
+if _typing.TYPE_CHECKING:  # at run time they come from __getattr__ below, on first use (they import torch)
+    from .torch.loader import DataLoader as DataLoader  # "X as X": exported whatever __all__ says
+    from .torch.multi_gpu import MultiGpuTransfer as MultiGpuTransfer
+
 __version__ = "0.1.0"
 
 # Imported on first use (they import torch): name -> module.
 _NEED_TORCH = {"DataLoader": ".torch.loader", "MultiGpuTransfer": ".torch.multi_gpu"}
 
-__all__ = sorted([
+__all__ = [
     "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra", "MultiGpuTransfer",
     "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
     "gpu_available", "transforms",
-])
+]
 if _find_spec("torch") is None:  # not installed: `from turbofeed import *` still works
     __all__.remove("DataLoader")
     __all__.remove("MultiGpuTransfer")
 
 
-def __getattr__(name: str):
-    if name not in _NEED_TORCH:
-        raise AttributeError(f"module 'turbofeed' has no attribute {name!r}")
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtra(f"turbofeed.{name} needs PyTorch, which cannot be imported here ({exc}): "
-                           f"pip install 'turbofeed[torch]'") from exc
-    value = getattr(_import_module(_NEED_TORCH[name], __name__), name)
-    globals()[name] = value  # found directly from now on
-    return value
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above (a misspelt name stays an error)
+    def __getattr__(name: str):
+        if name not in _NEED_TORCH:
+            raise AttributeError(f"module 'turbofeed' has no attribute {name!r}")
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtra(f"turbofeed.{name} needs PyTorch, which cannot be imported here ({exc}): "
+                               f"pip install 'turbofeed[torch]'") from exc
+        value = getattr(_import_module(_NEED_TORCH[name], __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value
 
 
 def __dir__() -> list[str]:

@@ -91,3 +91,17 @@ def name_value(text: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"wants NAME=VALUE, got {text!r}")
     return name.strip(), value.strip()
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def plot_file(text: str) -> str:
+    """An argparse ``type``: a picture file to write (``.png``, ``.svg`` or ``.pdf``) in a
+    folder that exists, checked before the benchmark runs."""
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"no such folder: {folder}")
+    if not text.lower().endswith(PLOT_SUFFIXES):
+        raise argparse.ArgumentTypeError(f"wants a file ending in {', '.join(PLOT_SUFFIXES)}, got {text!r}")
+    return text

@@ -38,10 +38,10 @@ def synth_jpeg(rng: np.random.Generator, photos: list[Image.Image]) -> bytes:
     x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
     short = int(np.clip(rng.normal(400, 90), 200, 600))
     size = (short, int(short * ch / cw)) if cw < ch else (int(short * cw / ch), short)
-    im = src.crop((x0, y0, x0 + cw, y0 + ch)).resize(size, Image.BILINEAR)
+    im = src.crop((x0, y0, x0 + cw, y0 + ch)).resize(size, Image.Resampling.BILINEAR)
     if rng.random() < 0.5:
-        im = im.transpose(Image.FLIP_LEFT_RIGHT)
-    a = np.asarray(im, dtype=np.float32)
+        im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    a: np.ndarray = np.asarray(im, dtype=np.float32)
     a = a * rng.uniform(0.8, 1.2, size=3) + rng.normal(0, 9.0, size=a.shape)
     buf = io.BytesIO()
     Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(

@@ -13,12 +13,13 @@ import shutil
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from . import __version__
 from ._cli_args import (HelpFormatter, Parser, describe, existing_folder, fail, name_value, non_negative,
-                        positive)
+                        plot_file, positive)
 from .errors import TurbofeedError
 
 DESCRIPTION = ("Make, convert, inspect and benchmark image datasets for turbofeed: tar shards, "
@@ -103,7 +104,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     per_class = Counter(labels.tolist())
     rng = np.random.default_rng(0)
     picks = rng.choice(ds.num_samples, size=min(args.probe, ds.num_samples), replace=False)
-    sizes, formats, unreadable = [], Counter(), 0
+    sizes: list[tuple[int, int, int]] = []
+    formats: Counter[str] = Counter()
+    unreadable = 0
     for gid in picks:
         try:
             data = ds.read(int(gid))
@@ -154,6 +157,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import turbofeed
 
+    if args.plot:
+        from . import _plot
+        from .pipeline.timeline import Timeline
+
+        _plot.require()  # a missing matplotlib fails now, not after the benchmark
     data = args.data or _demo_dataset(args.count)
     loader = turbofeed.DataLoader(data, batch_size=args.batch_size, num_workers=args.workers,
                                   shuffle=True, seed=0, transform=_transform_for(args.pipeline, args.size))
@@ -163,6 +171,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for epoch in range(args.warmup + args.epochs):
         loader.set_epoch(epoch)
         timed = epoch >= args.warmup
+        if args.plot and epoch == args.warmup:  # record the timed epochs only
+            loader.stats.timeline = Timeline()
         label = f"epoch {epoch}" + ("" if timed else " (warm-up)")
         started, images = time.perf_counter(), 0
         for batch, _ in tqdm(loader, desc=label, unit="batch", leave=False, file=sys.stderr, disable=None):
@@ -178,6 +188,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bad = loader.stats.as_dict()
     if bad["errors"]:
         print(f"bad samples: {bad['errors']} (replaced {bad['replaced']}, skipped {bad['skipped']})")
+    timeline = loader.stats.timeline
+    if args.plot and timeline is not None:
+        found = _plot.plot_timeline(timeline.spans(), args.plot, note=timeline.note(),
+                                    images_per_s=float(np.median(rates)) if rates else None)
+        print(f"timeline: {found}")
+        print(f"wrote {args.plot}")
     return 0
 
 
@@ -200,7 +216,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = {"formatter_class": HelpFormatter}
+    common: dict[str, Any] = {"formatter_class": HelpFormatter}
     parser = Parser(prog="turbofeed", description=DESCRIPTION, epilog=EPILOG, **common)
     parser.add_argument("--version", action="version", version=f"turbofeed {__version__}",
                         help="print the version and exit")
@@ -270,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pipeline", choices=["train", "train-float", "eval"], default="train",
                        help="train: random resized crop + flip, uint8; train-float: the same, normalised "
                             "float32; eval: resize + centre crop, uint8")
+    bench.add_argument("--plot", metavar="FILE.png", type=plot_file,
+                       help="also draw the timed epochs' timeline into this .png (or .svg, .pdf): worker "
+                            "threads busy per stage or idle, the consumer waiting or running your code, "
+                            "and the bottleneck in words; needs turbofeed[plot] (default: no picture)")
     bench.set_defaults(func=cmd_bench)
 
     gds = sub.add_parser("gds-status", help="what the GPUDirect-style client can use here, and why: CUDA, "

@@ -5,5 +5,5 @@ from .cpu import decode, decode_jpeg, decode_pillow
 from .limits import check_pixels, max_pixels
 from .probe import ImageInfo, is_jpeg, probe
 
-__all__ = sorted(["ImageInfo", "ImageTooLarge", "check_pixels", "decode", "decode_jpeg", "decode_pillow",
-                  "is_jpeg", "max_pixels", "probe"])
+__all__ = ["ImageInfo", "ImageTooLarge", "check_pixels", "decode", "decode_jpeg", "decode_pillow",
+           "is_jpeg", "max_pixels", "probe"]

@@ -124,7 +124,7 @@ class GpuDecoder:
             images = self._decoder.decode(list(datas), params=self._params, cuda_stream=stream)
         except Exception:
             images = [None] * len(datas)
-        out = []
+        out: list[Any | None] = []
         for image in images:
             if image is None:
                 out.append(None)

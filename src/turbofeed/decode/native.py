@@ -47,7 +47,7 @@ BUILD_FIX = ("install a C compiler and the libjpeg-turbo headers (Debian: apt-ge
 try:
     from . import _crop
 except ImportError as exc:
-    _crop = None
+    _crop = None  # type: ignore[assignment]  # _ENABLED is False: nothing calls it
     if importlib.util.find_spec(f"{__package__}._crop") is None:
         _WHY_OFF = ("the extension turbofeed.decode._crop is not built (no C compiler or libjpeg headers "
                     "when turbofeed was installed)")
@@ -62,7 +62,8 @@ _ENABLED = _crop is not None and os.environ.get("TURBOFEED_NATIVE", "1") != "0"
 if _crop is not None and not _ENABLED:
     _WHY_OFF, _FIX = "turned off with TURBOFEED_NATIVE=0", "unset TURBOFEED_NATIVE"
 _scratch = threading.local()
-_notice = {"done": False, "lock": threading.Lock()}
+_notice = {"done": False}
+_notice_lock = threading.Lock()
 
 
 def available() -> bool:
@@ -84,7 +85,7 @@ def log_once_if_off() -> None:
     a warning with why and the fix, or an info line when ``TURBOFEED_NATIVE=0`` asked for it."""
     if _ENABLED:
         return
-    with _notice["lock"]:
+    with _notice_lock:
         if _notice["done"]:
             return
         _notice["done"] = True
@@ -96,7 +97,7 @@ def log_once_if_off() -> None:
                     "Fix: %s. `turbofeed doctor` shows what is on.", _WHY_OFF, _FIX)
 
 
-def header(data: bytes) -> tuple[int, int, str]:
+def header(data: bytes | bytearray | memoryview | np.ndarray) -> tuple[int, int, str]:
     """``(height, width, colorspace)`` from a JPEG header; colorspace is ``"gray"``,
     ``"rgb"``, ``"ycbcr"``, ``"cmyk"``, ``"ycck"`` or ``"unknown"``.
 
@@ -106,9 +107,10 @@ def header(data: bytes) -> tuple[int, int, str]:
     return _crop.header(data)
 
 
-def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
-                channels_first: bool = True, dct_scale: bool = False,
-                offset: Sequence[float] | None = None, factor: Sequence[float] | None = None,
+def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence[float], out: np.ndarray, *,
+                flip: bool = False, channels_first: bool = True, dct_scale: bool = False,
+                offset: Sequence[float] | np.ndarray | None = None,
+                factor: Sequence[float] | np.ndarray | None = None,
                 max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
     """Decode the part of JPEG ``data`` under ``box`` and resize it into ``out``.
 
@@ -137,8 +139,9 @@ def crop_resize(data: bytes, box: Sequence[float], out: np.ndarray, *, flip: boo
 
 
 def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
-           channels_first: bool = True, offset: Sequence[float] | None = None,
-           factor: Sequence[float] | None = None, max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
+           channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
+           factor: Sequence[float] | np.ndarray | None = None,
+           max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
     """:func:`crop_resize` for pixels already decoded (HDF5, Zarr, .npy sources): the same
     Pillow-exact resize of ``box`` into ``out``, reading only the rows and columns the
     filter needs, with the GIL released.
@@ -158,7 +161,7 @@ def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: b
 
 
 def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, channels_first: bool,
-          offset: Sequence[float] | None, factor: Sequence[float] | None,
+          offset: Sequence[float] | np.ndarray | None, factor: Sequence[float] | np.ndarray | None,
           max_pixels: int | None | DefaultLimit, *extra: object) -> None:
     if out.ndim != 3 or out.shape[0 if channels_first else 2] != 3:
         raise ValueError(f"out must be (3, h, w) or (h, w, 3), got shape {out.shape}")
@@ -169,7 +172,12 @@ def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, cha
         kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra, max_pixels=limit)
     else:
         kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra,
-               offset=tuple(map(float, offset)), factor=tuple(map(float, factor)), max_pixels=limit)
+               offset=_floats(offset), factor=_floats(factor), max_pixels=limit)
+
+
+def _floats(values: Sequence[float] | np.ndarray | None) -> tuple[float, ...] | None:
+    """The numbers as floats; None as is (the extension says it needs 3 numbers)."""
+    return None if values is None else tuple(map(float, values))
 
 
 def scratch(height: int, width: int) -> np.ndarray:

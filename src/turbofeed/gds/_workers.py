@@ -100,8 +100,10 @@ def run_chunks(workers: Workers | None, fn: Callable[[int, int], None], total: i
             futures.append(workers.submit(fn, pos, n))
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:  # in order: the error of the earliest failed piece
-            if f in done and not f.cancelled() and f.exception() is not None:
-                raise f.exception()
+            if f in done and not f.cancelled():
+                error = f.exception()
+                if error is not None:
+                    raise error
         if any(f.cancelled() for f in futures):
             raise GDSError("the client was closed during the transfer")
     finally:

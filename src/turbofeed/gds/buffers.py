@@ -111,7 +111,7 @@ class StagingPool:
         import torch
 
         tensor = torch.empty(self.size, dtype=torch.uint8, pin_memory=self.pinned)
-        return Staging(memoryview(tensor.numpy()), tensor, self.size)
+        return Staging(tensor.numpy().data, tensor, self.size)
 
     def close(self) -> None:
         """Drop the buffers (pinned memory goes back to PyTorch's host allocator) and wake

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -244,7 +244,7 @@ def _device_ids(raw: Any, key: str, source: str | None) -> tuple[int, ...]:
     return tuple(out)
 
 
-_PARSERS = {
+_PARSERS: dict[str, Callable[[Any, str, str | None], Any]] = {
     "enabled": _bool,
     "buffer_pool_size": parse_size,
     "max_transfer_size": parse_size,

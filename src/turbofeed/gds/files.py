@@ -85,11 +85,11 @@ class FileIO:
             if n == 0:
                 return 0
             method = self.method(buf)
-            if method == "kvikio":
+            if method == "kvikio" and buf.on_device:
                 self._kvikio(path, "r", buf, offset, n)
             else:
                 def chunk(pos: int, k: int) -> None:
-                    if method == "host":
+                    if not buf.on_device:  # method "host"
                         _pread_exact(fd, buf.view[pos:pos + k], offset + pos, path)
                         return
                     with self._pool.acquire() as staging:
@@ -122,11 +122,11 @@ class FileIO:
         try:
             if n:
                 method = self.method(buf)
-                if method == "kvikio":
+                if method == "kvikio" and buf.on_device:
                     self._kvikio(tmp, "w", buf, 0, n)
                 else:
                     def chunk(pos: int, k: int) -> None:
-                        if method == "host":
+                        if not buf.on_device:  # method "host"
                             _pwrite_all(fd, buf.view[pos:pos + k], pos)
                             return
                         with self._pool.acquire() as staging:

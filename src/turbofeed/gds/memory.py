@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from .errors import GDSError
+
+if TYPE_CHECKING:
+    import torch
 
 _CUDA_DLPACK_DEVICES = {2, 3, 13}  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 _streams = threading.local()  # one side stream per (thread, device): chunks copy in parallel
@@ -41,7 +44,7 @@ class HostBuffer:
         what: a short description for messages (``numpy.ndarray float32 (4096 bytes)``).
     """
 
-    on_device = False
+    on_device: Literal[False] = False  # tells the two kinds apart (type checkers narrow on it)
 
     def __init__(self, view: memoryview, what: str) -> None:
         self.view = view
@@ -65,7 +68,7 @@ class DeviceBuffer:
         what: a short description for messages.
     """
 
-    on_device = True
+    on_device: Literal[True] = True
 
     def __init__(self, flat: Any, what: str, readonly: bool = False) -> None:
         self.flat = flat
@@ -73,7 +76,7 @@ class DeviceBuffer:
         self.device_index = int(flat.device.index or 0)
         self.readonly = readonly
         self.what = what
-        self._ready = None
+        self._ready: torch.cuda.Event | None = None
 
     def mark_ready(self) -> None:
         """Record the point on the caller's current stream after which the buffer may be
@@ -167,7 +170,7 @@ def _from_numpy(arr: np.ndarray, what: str) -> HostBuffer:
         raise GDSError(f"the buffer must be C-contiguous, got a strided {what} of shape {arr.shape} "
                        "(pass np.ascontiguousarray(...) and copy back, or a contiguous array)")
     flat = arr.reshape(-1).view(np.uint8)
-    return HostBuffer(memoryview(flat), f"{what} ({flat.nbytes} bytes)")
+    return HostBuffer(flat.data, f"{what} ({flat.nbytes} bytes)")
 
 
 def _from_torch(t: Any) -> HostBuffer | DeviceBuffer:
@@ -197,7 +200,7 @@ def _cuda_torch(obj: Any, kind: str):
     return torch
 
 
-def _from_cuda_array_interface(obj: Any) -> DeviceBuffer:
+def _from_cuda_array_interface(obj: Any) -> HostBuffer | DeviceBuffer:
     torch = _cuda_torch(obj, "__cuda_array_interface__")
     iface = obj.__cuda_array_interface__
     ptr, readonly = iface["data"]
@@ -219,7 +222,7 @@ def _dlpack_device(obj: Any) -> int:
         return -1
 
 
-def _from_dlpack(obj: Any) -> DeviceBuffer:
+def _from_dlpack(obj: Any) -> HostBuffer | DeviceBuffer:
     torch = _cuda_torch(obj, "DLPack")
     t = torch.from_dlpack(obj)
     out = _from_torch(t)

@@ -136,7 +136,7 @@ def _probe_kvikio(s: Status, env: dict[str, str]) -> None:
     s.kvikio = True
     s.kvikio_version = str(getattr(kvikio, "__version__", "?"))
     s.kvikio_why = f"KvikIO {s.kvikio_version} imported"
-    defaults = getattr(kvikio, "defaults", None)
+    defaults: Any = getattr(kvikio, "defaults", None)
     try:
         # KvikIO >= 25.02: defaults.get("compat_mode") -> CompatMode and
         # defaults.is_compat_mode_preferred() -> what AUTO resolved to. Older: a bool or

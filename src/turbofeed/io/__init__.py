@@ -14,8 +14,8 @@ from .table import SampleTable, parse_label, split_key
 from .tar import TarSource, default_cache_dir, load_index
 from .zarr_store import ZarrSource
 
-__all__ = sorted([
+__all__ = [
     "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",
-    "SampleTable", "ZarrSource", "Source", "TarSource", "default_cache_dir",
+    "SampleTable", "Source", "TarSource", "ZarrSource", "default_cache_dir",
     "expand_braces", "load_index", "parse_label", "resolve", "split_key",
-])
+]

@@ -85,7 +85,7 @@ class BlockCache:
                 return hit[0]
             pending = self._loading.get(key)
             owner = pending is None
-            if owner:
+            if pending is None:
                 pending = self._loading[key] = _Pending()
         if not owner:
             pending.done.wait()  # the owner always sets it (finally below)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Container, Sequence
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -59,19 +59,32 @@ def listing(names: Sequence[str], limit: int = 12) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+@overload
+def pick_name(path: str, wanted: Any, candidates: Sequence[str], available: Container[str], what: str,
+              *, required: Literal[True], option: str,
+              described: Callable[[], Sequence[str]] | None = None) -> str: ...
+@overload
+def pick_name(path: str, wanted: Any, candidates: Sequence[str], available: Container[str], what: str,
+              *, required: bool, option: str,
+              described: Callable[[], Sequence[str]] | None = None) -> str | None: ...
 def pick_name(path: str, wanted: Any, candidates: Sequence[str], available: Container[str], what: str,
               *, required: bool, option: str,
               described: Callable[[], Sequence[str]] | None = None) -> str | None:
     """The member to use: the one asked for (which must exist), else the first conventional
-    name that exists, else None (or an error naming what exists when ``required``).
+    name that exists, else None (or an error naming what exists when ``required``; a
+    required member cannot be turned off with None).
 
     ``available`` only needs ``in``; ``described()`` lists what exists, for the message.
     """
     if wanted is None:
+        if required:
+            raise DatasetError(f"{path}: format_options {option!r} cannot be None: the {what} is required")
         return None
 
     def has() -> str:
-        return listing(described() if described is not None else list(available))
+        if described is not None:
+            return listing(described())
+        return listing(list(available) if isinstance(available, Iterable) else [])
     if wanted is not AUTO:
         if wanted not in available:
             raise DatasetError(f"{path}: no {what} {wanted!r} (has {has()})")

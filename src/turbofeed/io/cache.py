@@ -45,7 +45,7 @@ from collections.abc import Callable
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no cross-process locks, still atomic
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # checked for None before every use
 
 log = logging.getLogger("turbofeed")
 
@@ -223,7 +223,7 @@ class ShardCache:
 
     def _entries(self, folder: str | None = None) -> list[tuple[str, int, float]]:
         """(path, size, mtime) of cached objects (or of ``.part`` files in ``folder``)."""
-        out = []
+        out: list[tuple[str, int, float]] = []
         try:
             scan = list(os.scandir(folder or self.objects))
         except FileNotFoundError:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import io
 import logging
 import lzma
 import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Callable
 
 from ..errors import DatasetError
 from .files import FileId
@@ -26,7 +28,7 @@ from .files import FileId
 log = logging.getLogger("turbofeed")
 
 # name -> (magic bytes, opener); zstd is recognised only to be named in the error
-_CODECS = {
+_CODECS: dict[str, tuple[bytes, Callable[..., io.BufferedIOBase]]] = {
     "gzip": (b"\x1f\x8b", gzip.open),
     "bzip2": (b"BZh", bz2.open),
     "xz": (b"\xfd7zXZ\x00", lzma.open),

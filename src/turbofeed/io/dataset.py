@@ -75,6 +75,7 @@ class Dataset:
                 source = TarSource(path, on_damage=on_damage, cache_dir=cache_dir)
                 return source, None  # it checks its own identity (changed())
             if kind == "s3":
+                assert self.s3 is not None  # made above for the s3 paths
                 return self.s3.open(path, on_damage=on_damage), None  # cached by ETag
             if kind in ("hdf5", "npy", "parquet") and not path.startswith("s3://"):
                 ref = FileRef(path, file_id(path))  # before opening: a later change shows
@@ -144,7 +145,7 @@ class Dataset:
         k = bisect.bisect_right(self._start_list, gid) - 1
         return self.sources[k], gid - self._start_list[k]
 
-    def read(self, gid: int) -> bytes:
+    def read(self, gid: int) -> bytes | np.ndarray:
         source, i = self.locate(gid)
         return source.read(i)
 

@@ -87,12 +87,12 @@ class _OpenFile:
 
     def __init__(self, ref: FileRef | str) -> None:
         path = ref if isinstance(ref, str) else ref.path
-        self.fd = os.open(path, os.O_RDONLY)
-        if not isinstance(ref, str) and FileId.of(os.fstat(self.fd)) != ref.id:
-            os.close(self.fd)
-            self.fd = None
+        fd = os.open(path, os.O_RDONLY)
+        if not isinstance(ref, str) and FileId.of(os.fstat(fd)) != ref.id:
+            os.close(fd)  # self.fd stays unset: __del__ closes nothing
             raise FileChanged(f"{path} changed on disk since it was indexed (replaced, rewritten "
                               "or truncated); it is re-indexed when the next epoch starts")
+        self.fd = fd
 
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)  # unset when os.open failed

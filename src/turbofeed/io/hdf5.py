@@ -64,6 +64,8 @@ class HDF5Source:
         MissingExtra: h5py is not installed.
     """
 
+    encoded: bool | None  # encoded bytes per row, pixels, or None: per sample (a group)
+
     def __init__(self, path: str, options: dict | None = None) -> None:
         opts = parse_options(options)
         h5py = require("h5py", "hdf5", f"HDF5 file {path}")
@@ -128,8 +130,10 @@ class HDF5Source:
     def _bytes_of(value: Any) -> bytes:
         if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
             return value.tobytes()
-        if isinstance(value, (np.void, bytes)):
+        if isinstance(value, bytes):
             return bytes(value)
+        if isinstance(value, np.void):  # opaque ("V") elements: their raw bytes
+            return value.tobytes()
         raise ValueError(f"element of type {type(value).__name__} is not encoded image bytes")
 
     def _choose_reads(self, images: Any, mmap: bool) -> str:

@@ -11,6 +11,7 @@ or None.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class NpySource:
         self.labels_path, self.keys_path = labels_path, keys_path
         self.table = make_table(keys, labels, os.path.basename(path), int(np.prod(images.shape[1:])))
 
-    def _sibling(self, wanted: object, what: str) -> str | None:
+    def _sibling(self, wanted: Any, what: str) -> str | None:
         if wanted is None:
             return None
         if wanted is not AUTO:

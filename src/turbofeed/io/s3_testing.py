@@ -20,6 +20,10 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from moto.server import ThreadedMotoServer
 
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -43,7 +47,7 @@ class LocalS3Server:
         self._cls = ThreadedMotoServer
         self.in_process = in_process
         self.port = port or _free_port()
-        self._server = None
+        self._server: ThreadedMotoServer | None = None
         self._child: subprocess.Popen | None = None
         self.start()
 

@@ -20,12 +20,17 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from .retry import RemoteError
 from .s3errors import (LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, changed,
                        not_found, retryable)
 from .s3config import (Auth, CredentialsError, ObjectInfo, S3Config, S3Stats, configure,
                        default_config, parse_size, parse_url)
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+    from obstore.store import ClientConfig
 
 log = logging.getLogger("turbofeed")
 
@@ -112,7 +117,7 @@ class S3Client:
 
             a.credentials()  # fail now, clearly, rather than on every request
             kwargs["credential_provider"] = Boto3CredentialProvider(a.session)
-        options = {"timeout": timedelta(seconds=self.config.timeout),
+        options: ClientConfig = {"timeout": timedelta(seconds=self.config.timeout),
                    "connect_timeout": timedelta(seconds=min(_CONNECT_TIMEOUT_S, self.config.timeout)),
                    "pool_max_idle_per_host": str(self.config.max_concurrency)}
         if a.endpoint and a.endpoint.startswith("http://"):
@@ -246,7 +251,7 @@ class S3Client:
 
             store = self._store(bucket)
             if etag:
-                options = {"range": (start, end), "if_match": f'"{etag}"'}
+                options: GetOptions = {"range": (start, end), "if_match": f'"{etag}"'}
 
                 def request() -> memoryview:
                     return memoryview(obstore.get(store, key, options=options).bytes())
@@ -322,14 +327,14 @@ class S3Client:
         """Run ``fn(pos)`` for every position on up to ``max_concurrency`` threads of this
         call (``turbofeed-fetch-<i>``, gone when it returns); the first error cancels the
         parts not yet started and is raised."""
-        positions = list(positions)
-        if len(positions) <= 1:
-            for pos in positions:
+        starts = list(positions)
+        if len(starts) <= 1:
+            for pos in starts:
                 fn(pos)
             return
-        workers = min(len(positions), self.config.max_concurrency)
+        workers = min(len(starts), self.config.max_concurrency)
         with ThreadPoolExecutor(workers, thread_name_prefix="turbofeed-fetch") as pool:
-            futures = [pool.submit(fn, pos) for pos in positions]
+            futures = [pool.submit(fn, pos) for pos in starts]
             try:
                 for f in futures:
                     f.result()

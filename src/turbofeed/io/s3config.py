@@ -102,7 +102,7 @@ _DEFAULT = S3Config()
 _DEFAULT_LOCK = threading.Lock()
 
 
-def configure(config: S3Config | None = None, **changes) -> S3Config:
+def configure(config: S3Config | None = None, **changes: Any) -> S3Config:
     """Set the process-wide default :class:`S3Config` (used when a dataset is given none).
 
     ``configure(endpoint_url="http://127.0.0.1:9000", max_concurrency=32)`` changes

@@ -59,8 +59,8 @@ def retryable(exc: BaseException) -> bool:
         code = str(response.get("Error", {}).get("Code", ""))
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         return code in _THROTTLE_CODES or status >= 500 or status in (408, 429)
-    status = _STATUS.search(str(exc))  # obstore's GenericError carries the status in its text
-    return status is None or int(status.group(1)) not in _FINAL_STATUS
+    found = _STATUS.search(str(exc))  # obstore's GenericError carries the status in its text
+    return found is None or int(found.group(1)) not in _FINAL_STATUS
 
 
 def cannot_connect(exc: BaseException) -> bool:

@@ -132,7 +132,7 @@ def _check_exist(urls: list[str], client: S3Client) -> None:
     folders: dict[str, list[str]] = {}
     for url in urls:
         folders.setdefault(url[:url.rfind("/") + 1], []).append(url)
-    missing = []
+    missing: list[str] = []
     for folder, members in folders.items():
         if len(members) > 4:
             listed = {o.url: o for o in client.list(folder)}

@@ -248,7 +248,7 @@ class TarSource:
         try:
             codec = compression_of(path)
         except DatasetError as exc:  # zstd: named, and reported like any unreadable shard
-            index = {"rows": [], "problems": [], "file": identity.as_dict(),
+            index: dict = {"rows": [], "problems": [], "file": identity.as_dict(),
                      "damage": TarDamage(0, str(exc).split(": ", 1)[1], cut=False).as_list()}
             data_path = path
         else:

@@ -34,10 +34,12 @@ class ShardWriter:
         """Add one sample: ``members`` maps extension (``jpg``, ``cls``) to payload."""
         if self._tar is None or self._in_shard == self.per_shard:
             self._open_next()
+        tar = self._tar
+        assert tar is not None  # opened just above
         for ext, payload in members.items():
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size, info.mtime, info.mode = len(payload), 0, 0o644
-            self._tar.addfile(info, io.BytesIO(payload))
+            tar.addfile(info, io.BytesIO(payload))
         self._in_shard += 1
 
     def _open_next(self) -> None:
@@ -60,7 +62,7 @@ class ShardWriter:
     def __enter__(self) -> "ShardWriter":
         return self
 
-    def __exit__(self, exc_type, *rest: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is None:
             self.close()
         elif self._tar is not None:  # leave no partial shard behind on failure

@@ -50,7 +50,7 @@ def _open_s3(zarr: Any, url: str, config: Any) -> Any:
     from .s3 import shared_client
     from .s3client import parse_url
 
-    storage = getattr(zarr, "storage", None)
+    storage: Any = getattr(zarr, "storage", None)
     client = shared_client(config)
     if not hasattr(storage, "ObjectStore") or getattr(client, "backend", None) != "obstore":
         raise DatasetError(f"{url}: s3:// Zarr stores need zarr-python >= 3 and obstore "

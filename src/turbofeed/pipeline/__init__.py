@@ -5,4 +5,4 @@ from .policy import ON_ERROR, ErrorPolicy
 from .samples import Pipeline, Sample
 from .stats import Stats
 
-__all__ = sorted(["DistributedPipeline", "ON_ERROR", "ErrorPolicy", "Pipeline", "Sample", "Stats"])
+__all__ = ["DistributedPipeline", "ErrorPolicy", "ON_ERROR", "Pipeline", "Sample", "Stats"]

@@ -80,15 +80,18 @@ class GpuChunks:
                                                                    refill)]
         if self.transform is None:
             for e in entries:  # a view of the decoder's own tensor
+                assert e.pixels is not None  # decode_job returns the decoded entries only
                 e.sample.tensor = e.pixels.permute(1, 2, 0)
         else:
-            by_size: dict[tuple[int, int], list[Pending]] = {}  # one group unless the size varies
+            # (entry, pixels, window), by output size: one group unless the size varies
+            by_size: dict[tuple[int, int], list[tuple[Pending, torch.Tensor, Window]]] = {}
             for e in entries:
-                by_size.setdefault((e.window.height, e.window.width), []).append(e)
+                assert e.pixels is not None and e.window is not None  # decoded; a window per transform
+                by_size.setdefault((e.window.height, e.window.width), []).append((e, e.pixels, e.window))
             for size, group in by_size.items():
-                out = resize_batch([e.pixels for e in group], [e.window for e in group], size,
-                                   self.transform.output)
-                for e, image in zip(group, out):
+                out = resize_batch([pixels for _, pixels, _ in group], [window for _, _, window in group],
+                                   size, self.transform.output)
+                for (e, _, _), image in zip(group, out):
                     e.sample.tensor = image.permute(1, 2, 0)
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return [e.sample for e in entries]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # sys.getrefcount of an array referenced only by its Slot (the attribute, plus the
 # argument of getrefcount itself).
@@ -63,8 +67,8 @@ def make_array(shape: tuple[int, ...], dtype: np.dtype, pin: bool) -> np.ndarray
     return np.empty(shape, dtype=dtype)
 
 
-def _torch_dtype(name: str) -> Callable[[], object]:
-    def get() -> object:
+def _torch_dtype(name: str) -> Callable[[], torch.dtype]:
+    def get() -> torch.dtype:
         import torch
 
         return getattr(torch, name)

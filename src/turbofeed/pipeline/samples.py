@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +30,9 @@ _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regro
 class Sample:
     """One sample: ``key``, ``label`` (-1 if none), ``shard``, and its image.
 
-    ``data`` holds the encoded bytes when the pipeline does not decode
-    (``decode_jpeg=False``); ``get_image()`` then decodes on demand. ``tensor`` holds
+    ``data`` holds the encoded bytes (the uint8 pixels for the array formats: HDF5,
+    Zarr, .npy) when the pipeline does not decode (``decode_jpeg=False``);
+    ``get_image()`` then decodes on demand. ``tensor`` holds
     the (H, W, 3) torch tensor on the decoder's device when the pipeline decoded on the
     GPU (``gpu_decode``); with a transform it is a view of its chunk's batched output.
     """
@@ -38,7 +40,7 @@ class Sample:
     key: str
     label: int
     shard: str
-    data: bytes | None = field(default=None, repr=False)
+    data: bytes | np.ndarray | None = field(default=None, repr=False)
     image: np.ndarray | None = field(default=None, repr=False)
     tensor: Any = field(default=None, repr=False)
 
@@ -227,8 +229,10 @@ class Pipeline:
         """
         if self._stream is None:
             self.start()
+        stream = self._stream
+        assert stream is not None  # start() made it
         while len(self._ready) < n:
-            job = next(self._stream, None)
+            job = next(stream, None)
             if job is None:
                 break
             if self._gpu is None:
@@ -237,14 +241,14 @@ class Pipeline:
                 try:
                     self._ready.extend(self._gpu.samples(job))
                 except BaseException:  # as on the CPU path: the epoch ends here
-                    self._stream.close()
+                    stream.close()
                     raise
             self.stats.count("batches")
         out = [self._ready.popleft() for _ in range(min(n, len(self._ready)))]
         self.stats.count("samples", len(out))
         return out
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Sample]:
         """Samples of the rest of the epoch, one by one."""
         while batch := self.next_batch(_CHUNK):
             yield from batch

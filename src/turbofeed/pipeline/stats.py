@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from .timeline import Timeline
+
 STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")
 
 
@@ -28,6 +30,9 @@ class Stats:
             names: the last copy used), each with a warning saying which.
         seconds: worker-thread seconds per stage (summed over threads) and the caller's
             ``wait`` for batches: the profile that shows the bottleneck.
+        timeline: None (the default), or a :class:`Timeline` that the same timers also
+            feed with one span per stage and sample (``turbofeed bench --plot``); set it
+            before iterating.
     """
 
     samples: int = 0
@@ -39,16 +44,22 @@ class Stats:
     bytes_read: int = 0
     damaged_shards: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
 
     def add_times(self, **seconds: float) -> None:
+        """Add stage times that just ended, in the order they ran (``decode_cpu=``, ``augment=``)."""
+        if self.timeline is not None:  # the only cost of the timeline when it is off
+            self.timeline.ending_now(seconds)
         with self._lock:
             for stage, s in seconds.items():
                 self.seconds[stage.replace("_", ".")] += s
 
     def add_fetch(self, seconds: float, nbytes: int) -> None:
+        if self.timeline is not None:
+            self.timeline.ending_now({"fetch": seconds})
         with self._lock:
             self.seconds["fetch"] += seconds
             self.bytes_read += nbytes

@@ -212,8 +212,10 @@ class BatchStream:
         positions = self._plan.batch_positions(index)
         job = Job(index, positions, self._acquire())
         self._inflight.append(job)
+        pool = self._pool
+        assert pool is not None  # made in __init__ when there was a batch to submit
         for j in range(len(positions)):
-            self._pool.submit((job, j))
+            pool.submit((job, j))
 
     def close(self) -> None:
         """Stop the workers and drop batches in flight; idempotent, never hangs."""

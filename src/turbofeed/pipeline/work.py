@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 
@@ -52,6 +54,10 @@ class SampleWork:
         shard, key = self.dataset.describe(gid)
         return SampleError(shard, key, stage, str(exc) or type(exc).__name__)
 
+    @overload
+    def fetch(self, gid: int, *, view: Literal[False] = ...) -> bytes | np.ndarray: ...
+    @overload
+    def fetch(self, gid: int, *, view: bool) -> bytes | memoryview | np.ndarray: ...
     def fetch(self, gid: int, *, view: bool = False) -> bytes | memoryview | np.ndarray:
         """The sample's encoded bytes (or pixels); with ``view``, without a copy where the
         source can (a memoryview of a mapped shard: for the native decoder only)."""
@@ -72,7 +78,7 @@ class SampleWork:
                 return sample
         return self._decode(gid, data)
 
-    def _native(self, gid: int, data: bytes, out: np.ndarray | None, *,
+    def _native(self, gid: int, data: bytes | memoryview | np.ndarray, out: np.ndarray | None, *,
                 channels_first: bool) -> Decoded | None:
         """Decode only the crop window of a JPEG (or take pre-decoded uint8 pixels) and
         resize it in one native call, into ``out`` (a slot: flipped and converted;
@@ -80,18 +86,23 @@ class SampleWork:
         the caller). None when the general path must do it (not a JPEG, CMYK, corrupt,
         truncated, an array of another dtype or layout, another size than ``out``): that
         path then decides, and names any error."""
+        transform = self.transform
+        if transform is None:  # never here: ``native`` is False without a transform
+            return None
         if isinstance(data, np.ndarray):  # pre-decoded pixels: the same resize, no decode
             if data.dtype != np.uint8 or data.ndim not in (2, 3) or not data.flags.c_contiguous:
                 return None
-            kernel, size = native.resize, data.shape[:2]
+            size = data.shape[:2]
         elif is_jpeg(data):
-            kernel, size = native.crop_resize, None
+            size = None
         else:
             return None
+        kernel: Callable[..., None] = native.resize if size is not None else native.crop_resize
         started = time.perf_counter()
         try:
-            window = self.transform.window(*(size or native.header(data)[:2]), self._rng(gid))
-            spec = self.transform.output
+            height, width = size or native.header(data)[:2]
+            window = transform.window(height, width, self._rng(gid))
+            spec = transform.output
             if out is None:
                 out = np.empty((window.height, window.width, 3), np.uint8)
                 kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels)
@@ -116,21 +127,23 @@ class SampleWork:
             self.stats.add_times(decode_cpu=time.perf_counter() - started)
         return Decoded(out, window.flip, int(self.dataset.labels[gid]))
 
-    def _decode(self, gid: int, data: bytes) -> Decoded:
+    def _decode(self, gid: int, data: bytes | np.ndarray) -> Decoded:
         started = time.perf_counter()
         stage = "decode.cpu"
         try:
+            transform = self.transform
             window = None
-            if self.transform is not None:
+            if transform is not None:
                 info = probe(data)  # the crop window comes from the header, before decoding
-                window = self.transform.window(info.height, info.width, self._rng(gid))
+                window = transform.window(info.height, info.width, self._rng(gid))
             image = decode(data, max_pixels=self.max_pixels)  # checks the header first
             decoded = time.perf_counter()
             stage = "augment"
             flip = False
-            if window is not None:
+            if window is not None and transform is not None:  # (a window means a transform)
                 if image.shape[:2] != (info.height, info.width):  # header lied; trust pixels
-                    window = self.transform.window(*image.shape[:2], self._rng(gid))
+                    height, width = image.shape[:2]
+                    window = transform.window(height, width, self._rng(gid))
                 image, flip = resample(image, window), window.flip
         except SampleError:
             raise

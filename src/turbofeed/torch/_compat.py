@@ -26,12 +26,14 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 from ..plan import rank_order
 
 if TYPE_CHECKING:
+    import torch
+
     from ._iterator import _LoaderIterator
     from .loader import DataLoader
 
@@ -155,18 +157,21 @@ class TorchDropIn:
     ``_per_rank()``, ``_upcoming_epoch()`` and ``_resume_at(batches)``.
     """
 
+    device: torch.device | None  # the host's (declared for type checkers)
+    _pinned: bool
+
     @functools.cached_property
     def sampler(self) -> EpochSampler:
         """This rank's order of the next epoch; ``set_epoch`` forwards (:class:`EpochSampler`)."""
-        return EpochSampler(self)
+        return EpochSampler(cast("DataLoader", self))  # the host is a DataLoader
 
     @property
     def batch_sampler(self) -> EpochBatchSampler:
         """One entry per batch, for torch code that rebuilds loaders (:class:`EpochBatchSampler`)."""
-        return EpochBatchSampler(self)
+        return EpochBatchSampler(cast("DataLoader", self))
 
     @property
-    def collate_fn(self):
+    def collate_fn(self) -> Callable[[list], Any]:
         """Hands over the batch of a ``batch_sampler`` entry (:func:`collate_fetched`)."""
         return collate_fetched
 

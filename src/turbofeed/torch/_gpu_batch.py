@@ -9,14 +9,14 @@ fallback per rejected image through the bad-sample policy) and :func:`resize_bat
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
 
 from ..decode import check_pixels, decode, probe
 from ..decode.cpu import as_rgb
-from ..pipeline.policy import ErrorPolicy
+from ..pipeline.policy import ErrorPolicy, PassPolicy
 from ..pipeline.stream import Job, fill_position
 from ..pipeline.work import SampleWork
 from ..plan import EpochPlan
@@ -45,6 +45,12 @@ def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transfor
         raise work._error(gid, "decode.gpu", exc) from exc
 
 
+@overload
+def cpu_decode(work: SampleWork, gid: int, transform: Compose,
+               device: torch.device) -> tuple[bytes | np.ndarray, Window, torch.Tensor]: ...
+@overload
+def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
+               device: torch.device) -> tuple[bytes | np.ndarray, Window | None, torch.Tensor]: ...
 def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
                device: torch.device) -> tuple[bytes | np.ndarray, Window | None, torch.Tensor]:
     """Fetch and decode sample ``gid`` on the CPU (the fallback for an image the GPU refused).
@@ -59,7 +65,8 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     data = work.fetch(gid)
     try:
         pixels = decode(data)
-        window = None if transform is None else transform.window(*pixels.shape[:2], work._rng(gid))
+        height, width = pixels.shape[:2]
+        window = None if transform is None else transform.window(height, width, work._rng(gid))
     except Exception as exc:
         raise work._error(gid, "decode.cpu", exc) from exc
     return data, window, pixels_tensor(pixels, device)
@@ -75,7 +82,7 @@ def decode_batch(decoder: Any, datas: Sequence[bytes | np.ndarray]) -> list[torc
     return [pixels_tensor(d, device) if isinstance(d, np.ndarray) else next(results) for d in datas]
 
 
-def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy,
+def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy | PassPolicy,
                refill: Callable[[int, int], None], entries: list | None = None,
                positions: Sequence[int] | None = None) -> list[int]:
     """Decode the finished ``job`` on the decoder in one call, CPU fallback per image.
@@ -97,7 +104,9 @@ def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy,
         entries[i].pixels = pixels
         if pixels is None:  # the decoder refused it: the CPU decodes it, or the policy acts
             policy.stats.count_error("gpu_fallback")
-            gid = fill_position(plan, job.positions[i], lambda g, i=i: refill(g, i), policy)
+            def refill_here(g: int, i: int = i) -> None:
+                refill(g, i)
+            gid = fill_position(plan, job.positions[i], refill_here, policy)
             if gid is None:
                 job.ok[i] = False
             else:

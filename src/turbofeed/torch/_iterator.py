@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ..pipeline.buffers import Slot
-from ..pipeline.stream import BatchStream, Job
+from ..pipeline.buffers import Slot, SlotPool
+from ..pipeline.stream import BatchStream, Fill, Job
 from ..pipeline.work import SampleWork
 from ..plan import make_epoch_plan
 from .device import CudaDelivery, apply_output
 from .gpu_path import GpuPath
+from .hybrid import HybridSlot
 
 if TYPE_CHECKING:
     from .loader import DataLoader
@@ -46,10 +48,15 @@ class _LoaderIterator:
         self.superseded = False
         self.delivered = 0  # batches of this pass handed out
         transform = loader.transform
-        fixed = transform is not None and transform.size is not None
+        # the transform when every output has one size (batches then fill preallocated slots)
+        fixed_transform = transform if transform is not None and transform.size is not None else None
+        fixed = fixed_transform is not None
         # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
-        self.device_output = transform.output if (fixed and loader.device is not None) else None
-        worker_transform = transform if self.device_output is None else transform.without_output()
+        self.device_output = fixed_transform.output if (fixed_transform is not None and loader.device is not None) \
+            else None
+        worker_transform = transform
+        if fixed_transform is not None and self.device_output is not None:
+            worker_transform = fixed_transform.without_output()
         plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
                                epoch=epoch, shuffle=loader.shuffle, rank=loader.rank,
                                world_size=loader.world_size, drop_last=loader.drop_last, start=start)
@@ -60,42 +67,46 @@ class _LoaderIterator:
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         self.host_cast = None if spec is None or spec.torch_dtype == spec.dtype.name else getattr(torch, spec.torch_dtype)
-        self.gpu = None
-        if loader._gpu_decoder is not None:
+        self.gpu: GpuPath | None = None
+        self.pool: SlotPool | None = None
+        fill: Fill
+        acquire: Callable[[], Any]
+        # a GPU decoder is only made for a transform of one output size (fixed_transform)
+        if loader._gpu_decoder is not None and fixed_transform is not None:
             host_slots = None
             if loader._hybrid is not None:  # CPU samples: uint8 NCHW, normalised on the device
                 host_slots = loader._slot_pool(np.dtype(np.uint8), channels_last=False)
-                work = SampleWork(loader.dataset, transform.without_output(), loader.stats, seed=loader.seed,
-                                  epoch=epoch)
-            gpu = self.gpu = GpuPath(loader._gpu_decoder, work, transform, plan, policy, loader.channels_last,
-                                     hybrid=loader._hybrid, host_slots=host_slots)
+                work = SampleWork(loader.dataset, fixed_transform.without_output(), loader.stats,
+                                  seed=loader.seed, epoch=epoch)
+            gpu = self.gpu = GpuPath(loader._gpu_decoder, work, fixed_transform, plan, policy,
+                                     loader.channels_last, hybrid=loader._hybrid, host_slots=host_slots)
             self.device_output = None
             fill = gpu.fill
             batch_size = loader.batch_size
 
-            def acquire() -> list:  # holds the GpuPath, not this iterator
+            def gpu_acquire() -> list | HybridSlot:  # holds the GpuPath, not this iterator
                 return gpu.acquire(batch_size)
-            self.pool = None
-        elif fixed:
-            dtype = np.dtype(np.uint8) if worker_transform.output is None else worker_transform.output.dtype
+            acquire = gpu_acquire
+        elif fixed_transform is not None:
+            dtype = np.dtype(np.uint8) if spec is None else spec.dtype  # spec: worker_transform.output
             pool = loader._slot_pool(dtype)
             channels_first = not loader.channels_last
 
-            def fill(gid: int, slot: Slot, j: int) -> None:
+            def slot_fill(gid: int, slot: Slot, j: int) -> None:
                 work.into_slot(gid, slot, j, channels_first=channels_first)
-            acquire = pool.acquire
+            fill, acquire = slot_fill, pool.acquire
             self.pool = pool
         else:
             batch_size = loader.batch_size
 
-            def fill(gid: int, slot: list, j: int) -> None:
+            def list_fill(gid: int, slot: list, j: int) -> None:
                 sample = work.load(gid)
                 pixels = sample.pixels[:, ::-1] if sample.flip else sample.pixels
                 slot[j] = (np.ascontiguousarray(pixels.transpose(2, 0, 1)), sample.label)
 
-            def acquire() -> list:
+            def list_acquire() -> list:
                 return [None] * batch_size
-            self.pool = None
+            fill, acquire = list_fill, list_acquire
         self.stream = BatchStream(plan, fill, acquire, policy, num_workers=loader.num_threads,
                                   prefetch=loader.prefetch)
         on_gpu = loader.device is not None and loader.device.type == "cuda" and self.gpu is None
@@ -117,7 +128,7 @@ class _LoaderIterator:
         except BaseException:  # StopIteration after close(), or an error from the workers
             self.done = True
             raise
-        batch = self._to_tensors(job)
+        batch: tuple[Any, ...] = self._to_tensors(job)
         if self.loader.return_keys:
             batch = (*batch, self._keys(job))
         self.delivered = job.index + 1
@@ -169,6 +180,7 @@ class _LoaderIterator:
             self._held = (slot, done)
         else:
             images = apply_output(images, self.device_output)
+            assert self.pool is not None  # fixed-size batches are slots of the pool
             self.pool.release(slot)  # reused only once the caller drops these tensors
         return images, labels
 
@@ -176,6 +188,7 @@ class _LoaderIterator:
         if self._held is not None:
             slot, done = self._held
             done.synchronize()  # the host slot is free once its copy to the GPU finished
+            assert self.pool is not None  # only slots of the pool are held
             self.pool.release(slot)
             self._held = None
 

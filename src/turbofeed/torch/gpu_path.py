@@ -39,7 +39,7 @@ class BatchDecoder(Protocol):
 class Encoded:
     """One sample as the worker threads leave it: bytes, window, label; pixels once decoded."""
 
-    data: bytes
+    data: bytes | np.ndarray
     window: Window
     label: int
     pixels: torch.Tensor | None = None
@@ -59,7 +59,10 @@ class GpuPath:
                  host_slots: SlotPool | None = None) -> None:
         self.decoder = decoder
         self.work = work
+        if transform.size is None:
+            raise ValueError(f"the GPU path needs a transform with a fixed output size, got {transform!r}")
         self.transform = transform
+        self.size: tuple[int, int] = transform.size
         self.plan = plan
         self.policy = policy
         self.channels_last = channels_last
@@ -75,7 +78,7 @@ class GpuPath:
         if self.hybrid is None:
             return [None] * batch_size
         self.release_held(keep=2)  # copies of the last two batches may still run
-        return HybridSlot([None] * batch_size, self.host_slots.acquire(), self.hybrid.gpu_count(batch_size))
+        return HybridSlot([None] * batch_size, self._host_pool.acquire(), self.hybrid.gpu_count(batch_size))
 
     def fill(self, gid: int, slot: list | HybridSlot, j: int) -> None:
         """Worker side: fetch the bytes and choose the window from the header (a GPU
@@ -84,7 +87,7 @@ class GpuPath:
             if j >= slot.gpu_count:
                 started = time.perf_counter()
                 self.work.into_slot(gid, slot.host, j, channels_first=True)
-                self.hybrid.add_cpu(time.perf_counter() - started)
+                self._split.add_cpu(time.perf_counter() - started)
                 return
             slot = slot.entries
         data = self.work.fetch(gid)
@@ -127,7 +130,7 @@ class GpuPath:
             if self.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
         if self.stream is None:  # the CPU part was copied out of the host slot already
-            self.host_slots.release(slot.host)
+            self._host_pool.release(slot.host)
         return images, labels
 
     def _host_part(self, job: Job, slot: HybridSlot, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,16 +156,26 @@ class GpuPath:
 
         kept = [entries[i] for i in decode_job(self.decoder, job, self.plan, self.policy, refill, entries, positions)]
         if kept:
-            out = resize_batch([e.pixels for e in kept], [e.window for e in kept], self.transform.size,
+            out = resize_batch([e.pixels for e in kept], [e.window for e in kept], self.size,
                                self.transform.output, self.channels_last)
         else:  # every sample of this part was skipped
             dtype = torch.uint8 if self.transform.output is None else getattr(torch, self.transform.output.torch_dtype)
-            out = torch.empty((0, 3, *self.transform.size), dtype=dtype, device=self.device)
+            out = torch.empty((0, 3, *self.size), dtype=dtype, device=self.device)
         labels = torch.tensor([e.label for e in kept], dtype=torch.int64).to(self.device)
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return out, labels
 
     # -- hybrid bookkeeping --------------------------------------------------------------
+    @property
+    def _split(self) -> HybridSplit:
+        assert self.hybrid is not None  # only hybrid batches (HybridSlot) come here
+        return self.hybrid
+
+    @property
+    def _host_pool(self) -> SlotPool:
+        assert self.host_slots is not None  # hybrid mode comes with host slots
+        return self.host_slots
+
     def _start_timing(self) -> Any:
         if self.stream is None:
             return None
@@ -174,7 +187,7 @@ class GpuPath:
         """Time the GPU part: host seconds now; on CUDA also the device time, read at the
         next batch (never waited for), since the decode may run on after the call returns."""
         if start is None:
-            self.hybrid.add_gpu(host_seconds, samples)
+            self._split.add_gpu(host_seconds, samples)
             return
         end = torch.cuda.Event(enable_timing=True)
         end.record(self.stream)
@@ -185,7 +198,7 @@ class GpuPath:
             return
         start, end, host_seconds, samples = self._timing
         if end.query():
-            self.hybrid.add_gpu(max(host_seconds, start.elapsed_time(end) / 1000.0), samples)
+            self._split.add_gpu(max(host_seconds, start.elapsed_time(end) / 1000.0), samples)
             self._timing = None
 
     def release_held(self, keep: int = 0) -> None:
@@ -196,7 +209,7 @@ class GpuPath:
             if index < len(self._held) - keep:
                 done.synchronize()
             if done.query():
-                self.host_slots.release(host)
+                self._host_pool.release(host)
             else:
                 still.append((host, done))
         self._held = still

@@ -325,7 +325,9 @@ class DataLoader(TorchDropIn):
 
     # -- iteration ---------------------------------------------------------------------
     def _slot_pool(self, output_dtype: np.dtype, channels_last: bool | None = None) -> SlotPool:
-        h, w = self.transform.size
+        size = self.transform.size if self.transform is not None else None
+        assert size is not None  # slots hold fixed-size batches only
+        h, w = size
         last = self.channels_last if channels_last is None else channels_last
         shape = (self.batch_size, h, w, 3) if last else (self.batch_size, 3, h, w)
 

@@ -7,8 +7,8 @@ from .output import IMAGENET_MEAN, IMAGENET_STD, Normalize, ToDtype
 from .presets import imagenet_eval, imagenet_train
 from .render import resample, write_slot
 
-__all__ = sorted([
+__all__ = [
     "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
     "RandomResizedCrop", "Resize", "ToDtype", "Window", "imagenet_eval", "imagenet_train",
     "resample", "write_slot",
-])
+]

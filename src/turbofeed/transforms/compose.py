@@ -29,7 +29,7 @@ class Compose:
         self.geometry: list[GeometricOp] = []
         self.flip_p = 0.0
         self.output: OutputSpec | None = None
-        size = None
+        size: tuple[int, int] | None = None
         for i, op in enumerate(self.ops):
             if isinstance(op, (Normalize, ToDtype)):
                 if i != len(self.ops) - 1:
@@ -43,7 +43,7 @@ class Compose:
                 if isinstance(op, (CenterCrop, RandomResizedCrop)):
                     size = op.size
                 elif isinstance(op, Resize):
-                    size = None if isinstance(op.size, int) else tuple(op.size)
+                    size = None if isinstance(op.size, int) else op.size
             else:
                 raise TypeError(f"{op!r} is not a turbofeed transform; use the ops of "
                                 "turbofeed.transforms (they run in one resample per image)")

@@ -16,6 +16,7 @@ import math
 import numbers
 import random
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def _pair(owner: str, size: object) -> tuple[int, int]:
     return (checked, checked) if isinstance(checked, int) else checked
 
 
-def _range(owner: str, name: str, value: object) -> tuple[float, float]:
+def _range(owner: str, name: str, value: Any) -> tuple[float, float]:
     """A ``(min, max)`` range with ``0 < min <= max`` (NaN and infinity refused): a zero
     or negative bound would only fail later, in ``log`` or as empty crops, per image."""
     try:

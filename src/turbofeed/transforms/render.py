@@ -21,7 +21,7 @@ def resample(image: np.ndarray, window: Window) -> np.ndarray:
     if box == (0.0, 0.0, float(width), float(height)) and (window.height, window.width) == (height, width):
         return image
     pil = Image.fromarray(image)
-    return np.asarray(pil.resize((window.width, window.height), Image.BILINEAR, box=box))
+    return np.asarray(pil.resize((window.width, window.height), Image.Resampling.BILINEAR, box=box))
 
 
 def write_slot(pixels: np.ndarray, out: np.ndarray, *, flip: bool, channels_first: bool,
