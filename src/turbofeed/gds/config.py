@@ -144,7 +144,7 @@ def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str]
 
 
 def _read_yaml(path: str, named_by: str) -> dict[str, Any]:
-    from ..io._optional import require
+    from ..extras import require
 
     yaml = require("yaml", "gds", f"GDS config file {path}")
     try:

@@ -2,7 +2,7 @@
 that joins them."""
 
 from .dataset import Dataset
-from ._optional import MissingExtra
+from ..errors import MissingExtra
 from .folder import FolderSource
 from .formats import FORMATS
 from .hdf5 import HDF5Source

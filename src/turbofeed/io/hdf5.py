@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ._optional import require
+from ..extras import require
 from .arrays import (AUTO, BlockReads, as_keys, as_labels, check_pixels, listing, make_table,
                      parse_options, pick_name, rereads_warning)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ._optional import require
+from ..extras import require
 from .arrays import BlockReads, as_keys, as_labels, make_table, parse_options, pick_name, rereads_warning
 
 log = logging.getLogger("turbofeed")

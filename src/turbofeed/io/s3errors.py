@@ -11,7 +11,7 @@ import re
 import socket
 
 from ..errors import TurbofeedError
-from ._optional import MissingExtra
+from ..errors import MissingExtra
 from .s3config import CredentialsError
 
 _FINAL_STATUS = {400, 401, 403, 404, 405, 409, 411, 412, 416}

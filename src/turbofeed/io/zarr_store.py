@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ._optional import require
+from ..extras import require
 from .arrays import (BlockReads, as_keys, as_labels, check_pixels, make_table, parse_options, pick_name,
                      rereads_warning)
 

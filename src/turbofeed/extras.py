@@ -1,11 +1,12 @@
-"""Optional dependencies (h5py, zarr, pyarrow), imported only when a format needs them."""
+"""Optional dependencies (h5py, zarr, pyarrow, PyYAML, ...), imported only when a feature needs
+them; a missing one raises :class:`~turbofeed.errors.MissingExtra` naming the pip command."""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-from ..errors import MissingExtra
+from .errors import MissingExtra
 
 __all__ = ["MissingExtra", "require"]  # MissingExtra lives in turbofeed.errors (shared with torch)
 
