@@ -20,7 +20,7 @@ from typing import Any
 
 import simplejpeg
 
-from .limits import max_pixels
+from .limits import exceeds, max_pixels
 
 BACKENDS = ("nvimgcodec", "torchvision")
 
@@ -108,7 +108,7 @@ class GpuDecoder:
             height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             return True  # not a readable JPEG header: the backend rejects it
-        return height * width <= self.max_pixels
+        return not exceeds(height, width, self.max_pixels)
 
     def _decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         if self.backend == "nvimgcodec":

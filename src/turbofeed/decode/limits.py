@@ -70,8 +70,13 @@ def resolve(limit: int | None | DefaultLimit) -> int | None:
     return max_pixels() if limit is DEFAULT else limit
 
 
+def exceeds(height: int, width: int, limit: int | None) -> bool:
+    """Whether ``height * width`` is over ``limit`` (None or 0: no limit, as
+    ``TURBOFEED_MAX_PIXELS=0``)."""
+    return limit is not None and limit != 0 and height * width > limit
+
+
 def check_pixels(height: int, width: int, limit: int | None) -> None:
-    """Raise :class:`ImageTooLarge` when ``height * width`` exceeds ``limit`` (None or 0:
-    no limit, as ``TURBOFEED_MAX_PIXELS=0``)."""
-    if limit and height * width > limit:
+    """Raise :class:`ImageTooLarge` when :func:`exceeds` says so."""
+    if limit is not None and exceeds(height, width, limit):
         raise ImageTooLarge(height, width, limit)

@@ -210,7 +210,7 @@ class ShardCache:
                 os.rename(part, self.path(name))  # atomic publish
             except BaseException:
                 os.close(fd)
-                _unlink(part)
+                remove_file(part)
                 raise
             self.touch(name)
             return fd
@@ -253,7 +253,7 @@ class ShardCache:
                 os.ftruncate(fd, size)  # sparse, but its size counts for everyone from now on
             except BaseException:
                 os.close(fd)
-                _unlink(part)
+                remove_file(part)
                 raise
             return fd
         finally:
@@ -287,7 +287,7 @@ class ShardCache:
         parts = 0
         for path, size, mtime in self._entries(self.tmp):
             if now - mtime > _STALE_PART_S or self._dead_part(path, filling):
-                _unlink(path)
+                remove_file(path)
             else:
                 parts += size
         objects = sorted(self._entries(), key=lambda e: e[2])
@@ -306,7 +306,7 @@ class ShardCache:
             if used + incoming > self.max_bytes:
                 return False  # only objects in use stand in the way: evict none
             for path, size, _ in victims:
-                if _unlink(path):
+                if remove_file(path):
                     self.evictions += 1
                     log.debug("turbofeed: cache evicted %s (%d bytes)", path, size)
                     if self._on_evict is not None:
@@ -374,7 +374,8 @@ def _lock_unused(path: str) -> int | None:
     return fd
 
 
-def _unlink(path: str) -> bool:
+def remove_file(path: str) -> bool:
+    """Unlink ``path``; False when it was already gone (another process got there first)."""
     try:
         os.unlink(path)
         return True

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable
 
 from ..errors import DatasetError
+from .cache import remove_file
 from .files import FileId
 
 log = logging.getLogger("turbofeed")
@@ -34,7 +35,6 @@ _CODECS: dict[str, tuple[bytes, Callable[..., io.BufferedIOBase]]] = {
     "xz": (b"\xfd7zXZ\x00", lzma.open),
 }
 _ZSTD = b"\x28\xb5\x2f\xfd"
-SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
 
 def compression_of(path: str) -> str | None:
@@ -78,7 +78,7 @@ def plain_copy(path: str, identity: FileId, cache_dir: str) -> str:
             shutil.copyfileobj(stream, out, 1 << 20)
         os.replace(tmp, target)  # atomic: a reader sees a whole copy or none
     except BaseException as exc:
-        _remove(tmp)
+        remove_file(tmp)
         # the codecs report bad data as EOFError, zlib.error, LZMAError or an OSError
         # without errno; an OSError with one is the cache directory (full, read-only)
         if isinstance(exc, (EOFError, zlib.error, lzma.LZMAError)) or (
@@ -87,12 +87,6 @@ def plain_copy(path: str, identity: FileId, cache_dir: str) -> str:
         raise
     for entry in os.scandir(folder):  # older versions of this shard
         if entry.name.startswith(f"{name}-") and entry.path != target and entry.name.endswith(".tar"):
-            _remove(entry.path)
+            remove_file(entry.path)
     return target
 
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -41,7 +41,7 @@ import weakref
 from collections import deque
 
 from ..errors import DatasetError
-from .cache import ShardCache, object_name
+from .cache import ShardCache, object_name, remove_file
 from .files import FILES
 from .retry import RemoteError
 from .s3client import ObjectInfo, S3Config, S3Stats, default_config, parse_size
@@ -161,7 +161,7 @@ class S3Shards:
             return _index_copy(info, fd, path)
         finally:
             os.close(fd)
-            _unlink(path)
+            remove_file(path)
 
     def _cached_copy(self, info: ObjectInfo) -> int | None:
         """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
@@ -270,12 +270,6 @@ def _evicted(stats: S3Stats, path: str) -> None:
     FILES.close(path)  # this process's descriptor would hold the evicted file's disk space
     stats.add(evictions=1)
 
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _remove_stale(folder: str) -> None:

@@ -15,15 +15,16 @@ import threading
 import time
 
 from ..errors import DatasetError
+from .formats import EXTENSIONS
 from .paths import expand_braces
 from .retry import RemoteError
 from .s3client import ObjectInfo, S3Client, S3Config, default_config, parse_url
 from .s3errors import not_found
 
-# Shard suffixes: plain tars are read; the compressed ones are listed to be reported
-# (no random access into a compressed object with ranged GETs).
-PLAIN = ".tar"
-COMPRESSED = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
+# Shard suffixes, as for local paths: plain tars are read; the compressed ones are
+# listed to be reported (no random access into a compressed object with ranged GETs).
+SHARD_SUFFIXES = EXTENSIONS["tar"]
+COMPRESSED = tuple(suffix for suffix in SHARD_SUFFIXES if suffix != ".tar")
 
 _CLIENTS: dict[tuple, S3Client] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -71,7 +72,7 @@ def stat(url: str, client: S3Client) -> ObjectInfo:
 
 def is_shard(url: str) -> bool:
     """A tar shard by its name, plain or compressed."""
-    return url.endswith(PLAIN) or url.endswith(COMPRESSED)
+    return url.endswith(SHARD_SUFFIXES)
 
 
 def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:

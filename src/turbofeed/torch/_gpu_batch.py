@@ -64,7 +64,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     """
     data = work.fetch(gid)
     try:
-        pixels = decode(data)
+        pixels = decode(data, max_pixels=work.max_pixels)  # read once per epoch, not per image
         height, width = pixels.shape[:2]
         window = None if transform is None else transform.window(height, width, work._rng(gid))
     except Exception as exc:
