@@ -8,7 +8,8 @@ from .formats import FORMATS
 from .hdf5 import HDF5Source
 from .npy import NpySource
 from .parquet import ParquetSource
-from .paths import expand_braces, resolve
+from .paths import PathSpec, expand_braces, resolve
+from .s3config import S3Config
 from .source import Source
 from .table import SampleTable, parse_label, split_key
 from .tar import TarSource, default_cache_dir, load_index
@@ -16,6 +17,6 @@ from .zarr_store import ZarrSource
 
 __all__ = [
     "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",
-    "SampleTable", "Source", "TarSource", "ZarrSource", "default_cache_dir",
+    "PathSpec", "S3Config", "SampleTable", "Source", "TarSource", "ZarrSource", "default_cache_dir",
     "expand_braces", "load_index", "parse_label", "resolve", "split_key",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..io.paths import PathSpec
+from ..io import PathSpec
 from ..torch.env import detect
 from .samples import Pipeline
 

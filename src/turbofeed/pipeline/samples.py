@@ -13,8 +13,8 @@ import numpy as np
 
 from ..decode import decode
 from ..io import Dataset
-from ..io.paths import PathSpec
-from ..io.s3config import S3Config
+from ..io import PathSpec
+from ..io import S3Config
 from ..plan import make_epoch_plan
 from ..transforms import Compose, write_slot
 from ..transforms.output import OutputSpec

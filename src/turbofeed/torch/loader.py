@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from ..io import Dataset
-from ..io.paths import PathSpec
-from ..io.s3config import S3Config
+from ..io import PathSpec
+from ..io import S3Config
 from ..pipeline.buffers import Slot, SlotPool, make_array
 from ..pipeline.policy import ErrorPolicy
 from ..pipeline.stats import Stats
