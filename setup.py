@@ -96,12 +96,19 @@ class BuildExt(build_ext):
         return True
 
 
+# The extension's C files: module.c holds the CPython bindings; the others use no Python
+# (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
+CSRC = "src/turbofeed/decode/csrc"
+SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "jpeg_window.c", "resample.c", "kernels.c")]
+HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h")]
+
 setup(
     cmdclass={"build_ext": BuildExt},
     ext_modules=[
         Extension(
             "turbofeed.decode._crop",
-            ["src/turbofeed/decode/_crop.c"],
+            SOURCES,
+            depends=HEADERS,
             libraries=["jpeg"],
             extra_compile_args=compile_args,
             optional=True,

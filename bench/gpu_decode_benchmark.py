@@ -66,7 +66,7 @@ def main() -> None:
         print("no CUDA GPU: only the CPU row was measured")
     else:
         from turbofeed.decode.gpu import GpuDecoder
-        from turbofeed.torch._gpu_batch import resize_batch
+        from turbofeed.engine.gpu import resize_batch
 
         datas = []
         for shard in shards:

@@ -67,7 +67,7 @@ def fixed_images(tmp_path_factory) -> dict:
     ``f"{i:08d}"``, and the same samples as two tar shards (``tar_dir``): the reference
     for the HDF5, Zarr, .npy and Parquet sources, which store these bytes or pixels."""
     from turbofeed.decode import decode
-    from turbofeed.io.writer import ShardWriter
+    from turbofeed.io.local.writer import ShardWriter
 
     count = 48
     jpegs = [encode(photo(40, 56, seed=i), quality=90) for i in range(count)]

@@ -127,7 +127,7 @@ def bad_run_shard(tmp_path, odd_images, tar_writer):
 
 
 def _count_fetches(monkeypatch) -> Counter:
-    from turbofeed.pipeline.work import SampleWork
+    from turbofeed.engine.work import SampleWork
 
     fetches: Counter = Counter()
     real = SampleWork.fetch

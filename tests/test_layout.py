@@ -46,7 +46,8 @@ def imports(path: Path, known: dict[str, Path]) -> list[tuple[str, list[str]]]:
     tree = ast.parse(path.read_text())
     checking: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, (ast.Name, ast.Attribute)) and ast.unparse(test).split(".")[-1] == "TYPE_CHECKING":
             for child in node.body:
                 for inner in ast.walk(child):
                     checking.add(id(inner))

@@ -79,7 +79,7 @@ def test_metadata_has_spdx_license_classifiers_and_keywords(sdist):
 def test_sdist_holds_every_file_of_the_repository(sdist):
     files = sdist["files"]
     for required in ("LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
-                     "src/turbofeed/decode/_crop.c", "src/turbofeed/py.typed", "tests/conftest.py",
+                     "src/turbofeed/decode/csrc/module.c", "src/turbofeed/py.typed", "tests/conftest.py",
                      "tests/builders.py", "docs/design.md", "scripts/wheel.sh"):
         assert required in files, required
     repo = _git_files()
@@ -119,6 +119,7 @@ def test_the_sdists_tests_collect(sdist):
 
 
 USER_FACING = ("README.md", "docs", "src", "examples")
+TEXT_SUFFIXES = {".md", ".py", ".pyi", ".c", ".h", ".yaml", ".sbatch"}
 
 
 def test_no_link_outside_the_repository():
@@ -129,7 +130,7 @@ def test_no_link_outside_the_repository():
         path = ROOT / top
         for file in [path] if path.is_file() else sorted(path.rglob("*")):
             generated = ".egg-info" in file.as_posix() or "__pycache__" in file.parts
-            if generated or not file.is_file() or file.suffix not in {".md", ".py", ".pyi", ".c", ".yaml", ".sbatch"}:
+            if generated or not file.is_file() or file.suffix not in TEXT_SUFFIXES:
                 continue
             text = file.read_text(errors="replace")
             if "../shared" in text or "/work/shared" in text:

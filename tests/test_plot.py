@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from turbofeed.pipeline.stats import Stats
-from turbofeed.pipeline.timeline import Span, Timeline, verdict
+from turbofeed.engine.stats import Stats
+from turbofeed.engine.timeline import Span, Timeline, verdict
 
 
 @pytest.fixture(scope="module")

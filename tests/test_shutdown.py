@@ -150,12 +150,12 @@ def test_exit_with_a_live_iterator_does_not_hang(shards):
 def test_closing_an_idle_pool_wakes_its_threads_at_once(monkeypatch):
     """close() does not wait for idle threads to poll their stop flag: with the poll
     interval set to a minute, close still returns and every thread has exited."""
-    from turbofeed.pipeline import executor
+    from turbofeed.engine import executor
 
     monkeypatch.setattr(executor, "_POLL_S", 60.0)
     ran = []
-    pool = executor.WorkerPool(ran.append, 3, "idle-test")
-    pool.submit("one task")
+    pool = executor.Executor(3, "idle-test")
+    pool.post(ran.append, "one task")
     deadline = time.monotonic() + 10
     while not ran and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -12,7 +12,7 @@ from importlib.util import find_spec as _find_spec
 
 from . import transforms
 from .errors import DatasetError, ImageTooLarge, MissingExtra, SampleError, TurbofeedError
-from .io.s3config import S3Config
+from .io import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 

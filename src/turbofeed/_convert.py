@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from .decode import probe
 from .errors import DatasetError, SampleError
 from .io import Dataset, load_index
 from .io.table import IMAGE_EXTENSIONS, split_key
-from .io.writer import ShardWriter
+from .io.local.writer import ShardWriter
 
 log = logging.getLogger("turbofeed")
 
@@ -226,8 +225,9 @@ def to_npy(src: Any, dst: str, *, size: int = 224, workers: int = 2, format: str
     Returns:
         The path of ``images.npy``.
     """
-    from .pipeline.stats import Stats
-    from .pipeline.work import SampleWork
+    from .engine.executor import Executor
+    from .engine.stats import Stats
+    from .engine.work import SampleWork
     from .transforms import CenterCrop, Compose, Resize
 
     if size < 1:
@@ -263,11 +263,12 @@ def to_npy(src: Any, dst: str, *, size: int = 224, workers: int = 2, format: str
 
         bar = tqdm(total=n, initial=state["next"], desc="turbofeed: convert", unit="img",
                    disable=None if progress else True)
-        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="turbofeed-convert") as pool:
+        pool = Executor(max(1, workers), "convert")
+        try:
             while state["next"] < n:
                 gids = range(state["next"], min(n, state["next"] + chunk))
                 row = state["rows"]
-                for gid, result in zip(gids, pool.map(load, gids)):
+                for gid, result in zip(gids, pool.run_all(load, gids)):
                     if isinstance(result, SampleError):
                         log.warning("turbofeed: convert: leaving out %s", result)
                         state["left_out"].append(f"{os.path.basename(result.shard)}/{result.key}")
@@ -282,6 +283,8 @@ def to_npy(src: Any, dst: str, *, size: int = 224, workers: int = 2, format: str
                 state.update(next=gids[-1] + 1, rows=row)
                 _write_json(os.path.join(dst, MANIFEST), state)
                 bar.update(len(gids))
+        finally:
+            pool.close()
         bar.close()
         rows = state["rows"]
         del arrays

@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from .io.folder import FolderSource
-from .io.writer import ShardWriter
+from .io import FolderSource
+from .io.local.writer import ShardWriter
 
 
 def _photos() -> list[Image.Image]:

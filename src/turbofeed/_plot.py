@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import MissingExtra
-from .pipeline.timeline import CONSUMER_STAGE, Span, Verdict, verdict
+from .engine.timeline import CONSUMER_STAGE, Span, Verdict, verdict
 
 YOUR_CODE = "your code"
 COLOURS = {  # stage -> colour; stages not listed get grey

@@ -37,7 +37,7 @@ def _demo_dataset(count: int) -> str:
     would take for the real thing.
     """
     from ._datagen import make_imagenet_like
-    from .io.tar import default_cache_dir
+    from .io import default_cache_dir
 
     path = os.path.join(default_cache_dir(), f"demo-imagenet-like-{count}")
     if os.path.isdir(path):
@@ -159,7 +159,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.plot:
         from . import _plot
-        from .pipeline.timeline import Timeline
+        from .engine.timeline import Timeline
 
         _plot.require()  # a missing matplotlib fails now, not after the benchmark
     data = args.data or _demo_dataset(args.count)

@@ -36,7 +36,7 @@ def s3_server():
     """moto's S3 on 127.0.0.1, stopped when the session ends; one bucket."""
     pytest.importorskip("moto")
     pytest.importorskip("boto3")
-    from turbofeed.io.s3_testing import LocalS3Server
+    from turbofeed.testing import LocalS3Server
 
     with LocalS3Server() as server:
         boto(server).create_bucket(Bucket=BUCKET)

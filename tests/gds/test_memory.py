@@ -1,4 +1,4 @@
-"""gds.memory, gds.buffers, gds._workers: buffers as flat bytes without copies, the bounded
+"""gds.memory, gds.buffers, gds.transfers: buffers as flat bytes without copies, the bounded
 staging pool, and chunked transfers that stop cleanly."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from turbofeed.gds import GDSError, HostBuffer, StagingPool, as_buffer
-from turbofeed.gds._workers import Transfers
+from turbofeed.gds.transfers import Transfers
 
 
 # ----- buffers -------------------------------------------------------------------------

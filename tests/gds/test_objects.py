@@ -9,7 +9,7 @@ import pytest
 
 from turbofeed.gds import BufferTooSmallError, GDSError
 from turbofeed.io.retry import RemoteError, RetryPolicy
-from turbofeed.io.s3client import S3Config
+from turbofeed.io.s3.config import S3Config
 
 SIZES = [0, 1, 100 << 10]
 SMALL = dict(max_transfer_size="16K", buffer_pool_size="64K", queue_depth=4)  # 100 KiB = 7 ranged GETs
@@ -112,7 +112,7 @@ def test_read_only_and_bad_arguments(make_client, helpers):
 def test_failed_multipart_upload_leaves_no_object(s3_server, make_client, helpers):
     """Every UploadPart PUT gets 503 SlowDown from the proxy: the multipart upload was
     created, fails in the middle, and must be aborted; the key must not appear."""
-    from turbofeed.io.s3_testing import FaultProxy
+    from turbofeed.testing import FaultProxy
 
     boto = helpers.boto(s3_server)
     boto.put_object(Bucket=helpers.BUCKET, Key="fail/existing.bin", Body=b"old content")

@@ -11,7 +11,7 @@ import torch
 
 from turbofeed import transforms as T
 from turbofeed.decode import decode
-from turbofeed.torch._gpu_batch import resize_batch
+from turbofeed.engine.gpu import resize_batch
 from turbofeed.transforms.batched import (axis_weights, crop_to_reach, float_bytes, groups_within, pad_batch,
                                         resized_crop, window_tensors)
 

@@ -11,7 +11,7 @@ import torch
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.torch.hybrid import HybridSplit
+from turbofeed.engine.hybrid import HybridSplit
 
 
 def test_split_follows_the_measured_rates():

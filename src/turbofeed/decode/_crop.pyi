@@ -1,4 +1,4 @@
-"""Types of the C extension ``turbofeed.decode._crop`` (``_crop.c``); see its docstrings."""
+"""Types of the C extension ``turbofeed.decode._crop`` (``csrc/module.c``); see its docstrings."""
 
 from collections.abc import Sequence
 from typing import Any

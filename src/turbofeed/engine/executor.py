@@ -95,8 +95,10 @@ class Executor:
         items = list(items)
         if len(items) <= 1:
             return [fn(item) for item in items]
-        futures = [self.submit(fn, item) for item in items]
+        futures: list[Future] = []
         try:
+            for item in items:  # inside the try: a close half-way still waits for the started ones
+                futures.append(self.submit(fn, item))
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for f in futures:  # in order: the error of the earliest failed item
                 if f in done and not f.cancelled() and f.exception() is not None:
@@ -112,9 +114,11 @@ class Executor:
     def map_unordered(self, fn: Callable[[T], Any], items: Iterable[T]) -> Iterator[Any]:
         """Results of ``fn(item)`` as they finish (for progress bars); an error is raised
         as soon as its item finishes, after cancelling the items not yet started."""
-        futures = [self.submit(fn, item) for item in items]
-        pending = set(futures)
+        futures: list[Future] = []
         try:
+            for item in items:
+                futures.append(self.submit(fn, item))
+            pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                 for f in done:
@@ -124,6 +128,7 @@ class Executor:
         finally:
             for f in futures:
                 f.cancel()
+            wait(futures)  # none still runs when the caller goes on
 
     def _put(self, task: tuple[Future | None, Callable[..., Any], tuple]) -> None:
         with self._lock:

@@ -10,14 +10,16 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..io.s3client import S3Client, S3Config, parse_url
-from ._workers import Transfers, Workers
+from ..engine.executor import Executor, ExecutorClosed
+from ..io.s3.client import S3Client
+from ..io.s3.config import S3Config, parse_url
 from .buffers import StagingPool
 from .config import GDSConfig, LoadedConfig, load_config
 from .errors import GDSError
 from .files import FileIO
 from .memory import DeviceBuffer, HostBuffer, as_buffer
 from .objects import ObjectIO
+from .transfers import Transfers
 
 log = logging.getLogger("turbofeed")
 _P2P_WARNED: set[tuple[int, int]] = set()
@@ -35,12 +37,14 @@ class GPUDirectClient:
     Bounds: transfers in flight <= ``queue_depth``; pinned staging memory <=
     ``buffer_pool_size``; async operations running <= ``queue_depth`` (more wait).
 
-    Thread-safe. ``close()`` (or leaving ``with``) cancels queued async operations,
+    Thread-safe. Chunks run on ``turbofeed-gds-<i>`` threads, async operations on
+    ``turbofeed-gds-op-<i>`` (each a :class:`~turbofeed.engine.executor.Executor`, started
+    at first use). ``close()`` (or leaving ``with``) cancels queued async operations,
     stops transfers between chunks and frees the staging memory.
 
     Args:
         endpoint: S3 endpoint URL (``http://127.0.0.1:9000``); default: the AWS
-            variables/profile, as :class:`~turbofeed.io.s3client.S3Config` documents.
+            variables/profile, as :class:`~turbofeed.io.s3.config.S3Config` documents.
         access_key, secret_key: static S3 credentials; default: the AWS chain.
         region: signing region.
         config: a :class:`GDSConfig` (used as given), a YAML path, or None for
@@ -73,7 +77,7 @@ class GPUDirectClient:
         self._lock = threading.Lock()
         self.pool = StagingPool(cfg.staging_buffers, cfg.max_transfer_size)
         self._transfers = Transfers(cfg.queue_depth, self._stop)
-        self._ops = Workers(cfg.queue_depth, "gds-op") if cfg.enable_async else None
+        self._ops = Executor(cfg.queue_depth, "gds-op") if cfg.enable_async else None
         self._s3: list[S3Client] = []  # filled on first S3 use; a list so the finalizer sees it
         self._objects: ObjectIO | None = None
         self.files = FileIO(cfg, self.pool, self._transfers)
@@ -213,7 +217,10 @@ class GPUDirectClient:
         """Run ``fn(*args)`` on the op threads. The buffer in ``args`` was wrapped in the
         caller's thread, so its readiness event sits on the caller's CUDA stream."""
         if self._ops is not None:
-            return self._ops.submit(fn, *args)
+            try:
+                return self._ops.submit(fn, *args)
+            except ExecutorClosed as exc:  # closed since _buffer() looked
+                raise GDSError("the client is closed") from exc
         future: Future = Future()  # enable_async=False: run now, hand back a finished future
         future.set_running_or_notify_cancel()
         try:
@@ -249,7 +256,7 @@ def _url(bucket: str, key: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
-def _close(pool: StagingPool, transfers: Transfers, ops: Workers | None, s3: list[S3Client]) -> None:
+def _close(pool: StagingPool, transfers: Transfers, ops: Executor | None, s3: list[S3Client]) -> None:
     for s3_client in s3:
         s3_client.close()  # ends retry waits, so running chunks fail fast
     transfers.close()  # sets the stop event first: chunks not started fail at once

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .. import units
 from .errors import GDSConfigError
 
 ENV_PREFIX = "TURBOFEED_GDS_"
 ENV_FILE = "TURBOFEED_GDS_CONFIG"
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -186,26 +186,16 @@ def _bool(raw: Any, key: str, source: str | None) -> bool:
 
 
 def parse_size(raw: Any, key: str = "size", source: str | None = None) -> int:
-    """``16777216``, ``"16M"``, ``"16MiB"``, ``"16MB"``, ``"1.5G"`` -> bytes (binary units).
+    """``16777216``, ``"16M"``, ``"16MiB"``, ``"16MB"``, ``"1.5G"`` -> bytes (binary units;
+    see :func:`turbofeed.units.parse_size`).
 
     Raises:
         GDSConfigError: not a size, or not > 0.
     """
-    value: float | None = None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, str):
-        text = raw.strip().upper().replace(" ", "").removesuffix("B")
-        if text.endswith("I") and text[-2:-1] in ("K", "M", "G", "T"):
-            text = text[:-1]
-        unit = text[-1] if text and text[-1] in "KMGT" else ""
-        try:
-            value = float(text[:len(text) - len(unit)]) * _UNITS[unit]
-        except ValueError:
-            value = None
-    if value is None or value != int(value) or value <= 0:
-        raise GDSConfigError(key, f"must be a size > 0 like 16777216 or '16M', got {raw!r}", source)
-    return int(value)
+    try:
+        return units.parse_size(raw, key, source)
+    except units.SizeError as exc:
+        raise GDSConfigError(key, exc.reason, source) from None
 
 
 def _positive_int(raw: Any, key: str, source: str | None) -> int:

@@ -21,11 +21,11 @@ import os
 import secrets
 from typing import Any
 
-from ._workers import Transfers
 from .buffers import StagingPool
 from .config import GDSConfig
 from .errors import BufferTooSmallError, GDSError
 from .memory import DeviceBuffer, HostBuffer
+from .transfers import Transfers
 
 _KVIKIO: dict[str, Any] = {}
 

@@ -1,19 +1,27 @@
-"""Sources: tar shards (indexed), image folders, HDF5, Zarr, .npy and Parquet; the dataset
-that joins them."""
+"""Sources: tar shards (indexed), image folders, HDF5, Zarr, .npy and Parquet, ``s3://``
+shards; the dataset that joins them.
 
-from .dataset import Dataset
+Layout: :mod:`.source` (the protocol every source implements), :mod:`.registry` (which
+format a path holds, and the one factory that opens its source), :mod:`.dataset`;
+``local/`` (tar shards and their index, folders, open files, writing shards),
+``arrays/`` (HDF5, Zarr, .npy, Parquet and their block cache), ``s3/`` (client, URLs,
+node cache, shards). Other packages import only the names below.
+"""
+
 from ..errors import MissingExtra
-from .folder import FolderSource
-from .formats import FORMATS
-from .hdf5 import HDF5Source
-from .npy import NpySource
-from .parquet import ParquetSource
-from .paths import PathSpec, expand_braces, resolve
-from .s3config import S3Config
+from .arrays.hdf5 import HDF5Source
+from .arrays.npy import NpySource
+from .arrays.parquet import ParquetSource
+from .arrays.zarr import ZarrSource
+from .dataset import Dataset
+from .local.folder import FolderSource
+from .local.index import default_cache_dir, load_index
+from .local.tar import TarSource
+from .paths import PathSpec, expand_braces
+from .registry import FORMATS, resolve
+from .s3.config import S3Config
 from .source import Source
 from .table import SampleTable, parse_label, split_key
-from .tar import TarSource, default_cache_dir, load_index
-from .zarr_store import ZarrSource
 
 __all__ = [
     "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",

@@ -6,25 +6,22 @@ import bisect
 import logging
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..engine.executor import Executor, result_or_closed
 from ..errors import DatasetError
-from .arrays import parse_options
-from .files import FileRef, file_id
-from .folder import FolderSource
-from .formats import ARRAY_FORMATS, open_source
+from .arrays.common import parse_options
 from .labels import label_ids
-from .paths import PathSpec, resolve
+from .paths import PathSpec
+from .registry import Opener, resolve
 from .source import Source
-from .tar import TarSource
 
 if TYPE_CHECKING:
-    from .s3 import S3Shards
-    from .s3client import S3Config
+    from .s3.config import S3Config
+    from .s3.shards import S3Shards
 
 log = logging.getLogger("turbofeed")
 
@@ -41,15 +38,15 @@ class Dataset:
     that changed on disk (a loader calls it when an epoch starts).
 
     Args:
-        spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.paths.resolve`).
+        spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.resolve`).
         on_damage: ``"raise"`` or ``"skip"`` for truncated/corrupt shards.
         cache_dir: tar index cache directory.
         format: ``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"`` or ``"parquet"`` for
-            every path, instead of telling by extension (see :mod:`turbofeed.io.formats`).
+            every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
         format_options: names inside HDF5/Zarr/.npy/Parquet sources, e.g.
-            ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays`).
+            ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays.common`).
         s3: endpoint, credentials and limits for ``s3://`` shards (an
-            :class:`~turbofeed.io.s3client.S3Config`; default: the process default). Their
+            :class:`~turbofeed.io.S3Config`; default: the process default). Their
             node cache lives under ``cache_dir``.
         classes: the class names, in id order, for datasets labelled by name (``.txt``,
             JSON strings, ImageFolder folders): ``"cat"`` gets ``classes.index("cat")``
@@ -62,39 +59,26 @@ class Dataset:
         parse_options(format_options)  # a misspelt option fails before any file is opened
         self.classes = _check_classes(classes)
         located = resolve(spec, format, s3=s3)
-        remote = [path for kind, path in located if kind == "s3"]
-        self.s3: S3Shards | None = None
-        if remote:
-            from .s3 import S3Shards
-
-            self.s3 = S3Shards(remote, config=s3, cache_dir=cache_dir)
-
-        def open_one(item: tuple[str, str]) -> tuple[Source, FileRef | None]:
-            kind, path = item
-            if kind == "tar":
-                source = TarSource(path, on_damage=on_damage, cache_dir=cache_dir)
-                return source, None  # it checks its own identity (changed())
-            if kind == "s3":
-                assert self.s3 is not None  # made above for the s3 paths
-                return self.s3.open(path, on_damage=on_damage), None  # cached by ETag
-            if kind in ("hdf5", "npy", "parquet") and not path.startswith("s3://"):
-                ref = FileRef(path, file_id(path))  # before opening: a later change shows
-                return open_source(kind, path, format_options, s3=s3), ref
-            if kind in ARRAY_FORMATS:
-                return open_source(kind, path, format_options, s3=s3), None
-            return FolderSource(path, classes=self.classes), None
-
         self._located = located
-        self._open_one = open_one
-        # Index files are small reads: threads overlap their latency on slow disks.
-        with ThreadPoolExecutor(max_workers=min(8, len(located))) as pool:
-            opened = list(tqdm(
-                pool.map(open_one, located), total=len(located), desc="turbofeed: indexing",
-                unit="shard", disable=True if len(located) < 32 else None, leave=False))
-        self.sources: list[Source] = [source for source, _ in opened]
-        self._refs = [ref for _, ref in opened]
+        self._opener = Opener(located, on_damage=on_damage, cache_dir=cache_dir,
+                              format_options=format_options, s3=s3, classes=self.classes)
+        self.s3: S3Shards | None = self._opener.shards
+        self.sources: list[Source] = self._open_all(located)
         _log_problems(self.sources)
         self._join()
+
+    def _open_all(self, located: list[tuple[str, str]]) -> list[Source]:
+        """Open every source, up to 8 at once: index files are small reads, and threads
+        overlap their latency on slow disks. Raises the error of the first source (in
+        order) that fails; the ones not started yet are not opened."""
+        indexers = Executor(max(1, min(8, len(located))), "index")
+        try:
+            opening = [indexers.submit(self._opener.open, kind, path) for kind, path in located]
+            return [result_or_closed(f) for f in tqdm(
+                opening, desc="turbofeed: indexing", unit="shard",
+                disable=True if len(located) < 32 else None, leave=False)]
+        finally:
+            indexers.close()
 
     def _join(self) -> None:
         """Global ids, problems, damage and labels of the current sources."""
@@ -104,7 +88,7 @@ class Dataset:
         self.num_samples = int(self.starts[-1])
         self._start_list = self.starts.tolist()
         self.problems = [(s.path, key, why) for s in self.sources for key, why in s.table.problems]
-        self.damaged = [s.path for s in self.sources if getattr(s, "damage", None) is not None]
+        self.damaged = [s.path for s in self.sources if s.damage is not None]
         if self.num_samples == 0:
             names = ", ".join(p for _, p in located[:3]) + (" ..." if len(located) > 3 else "")
             raise DatasetError(f"no samples found in {names} ({len(located)} source(s); "
@@ -122,14 +106,12 @@ class Dataset:
             DatasetError: a changed file is now unreadable under ``on_damage="raise"``, or
                 the dataset has no samples left.
         """
-        changed = [k for k, s in enumerate(self.sources)
-                   if (s.changed() if isinstance(s, TarSource) else
-                       self._refs[k] is not None and self._refs[k].changed())]
+        changed = [k for k, s in enumerate(self.sources) if s.changed()]
         for k in changed:
             log.warning("turbofeed: %s changed on disk since it was indexed; re-indexing it",
                         self.sources[k].path)
             self.sources[k].close()
-            self.sources[k], self._refs[k] = self._open_one(self._located[k])
+            self.sources[k] = self._opener.open(*self._located[k])
         if changed:
             _log_problems([self.sources[k] for k in changed])
             self._join()
@@ -152,8 +134,7 @@ class Dataset:
     def view(self, gid: int) -> bytes | memoryview | np.ndarray:
         """Like :meth:`read`, without a copy where the source can (mapped tar shards)."""
         source, i = self.locate(gid)
-        view = getattr(source, "view", None)
-        return source.read(i) if view is None else view(i)
+        return source.view(i)
 
     def describe(self, gid: int) -> tuple[str, str]:
         """(source path, sample key) of ``gid``, for messages."""
@@ -177,8 +158,7 @@ class Dataset:
     def close(self) -> None:
         for s in self.sources:
             s.close()
-        if self.s3 is not None:
-            self.s3.close()
+        self._opener.close()
 
     def __repr__(self) -> str:
         return f"Dataset(samples={self.num_samples}, sources={len(self.sources)})"

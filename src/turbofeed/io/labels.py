@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import DatasetError
-from .folder import FolderSource
 from .source import Source
 
 log = logging.getLogger("turbofeed")
@@ -38,8 +37,9 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
             folders differ (each names the shard and sample, or the roots).
     """
     raw = [label for s in sources for label in s.table.labels]
-    folders = [s for s in sources if isinstance(s, FolderSource) and s.classes]
-    others = [s for s in sources if not isinstance(s, FolderSource)]
+    # sources whose labels are ids into their own class names already (ImageFolder trees)
+    folders = [(s, s.classes) for s in sources if s.classes]
+    others = [s for s in sources if s.classes is None]
     if classes is not None:
         ids = {name: i for i, name in enumerate(classes)}
         _check_known(sources, ids)
@@ -48,14 +48,14 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
     names = sorted({x for s in others for x in s.table.labels if isinstance(x, str)})
     numbers = any(isinstance(x, int) for s in others for x in s.table.labels)
     if folders:  # their labels are ids already: positions in their sorted folder names
-        lists = {tuple(s.classes) for s in folders}
+        lists = {tuple(found) for _, found in folders}
         if len(lists) > 1:
-            shown = "; ".join(f"{s.path}: {len(s.classes)} classes" for s in folders[:3])
+            shown = "; ".join(f"{s.path}: {len(found)} classes" for s, found in folders[:3])
             raise DatasetError(f"ImageFolder roots with different class folders ({shown}) would give "
                                "one id to different classes; pass classes=[...] to fix the ids")
-        if numbers or not set(names) <= set(folders[0].classes):
+        if numbers or not set(names) <= set(folders[0][1]):
             _mixed(sources)
-        names = list(folders[0].classes)
+        names = list(folders[0][1])
     elif names and numbers:
         _mixed(sources)
     if not names:
@@ -92,7 +92,7 @@ def _mixed(sources: Sequence[Source]) -> None:
             if isinstance(label, str) and name is None:
                 name = f"{label!r} in {s.path}/{key}"
             elif isinstance(label, int) and number is None:
-                number = f"{label} in {s.path}/{key}" if not isinstance(s, FolderSource) else \
+                number = f"{label} in {s.path}/{key}" if s.classes is None else \
                     f"class folders of {s.path}"
     raise DatasetError(f"the data mixes integer labels ({number}) and class names ({name}): a name's "
                        "sorted position could be another class's integer; pass classes=[...] to say "

@@ -1,28 +1,88 @@
-"""The one small interface every storage backend implements."""
+"""The one small interface every storage backend implements, and what it may declare.
+
+Required of a source: ``path``, ``table``, ``read(i)`` and ``close()``. Optional
+capabilities are declared here, with the defaults a source gets when it does not have
+them, so that the dataset reads them directly and never probes with ``getattr``:
+
+============  ============================  ==========================================
+capability    default                       overridden by
+============  ============================  ==========================================
+``view(i)``   ``read(i)``                   tar shards (a view of the mapped file)
+``damage``    None (nothing to report)      tar shards, local and ``s3://``
+``file``      None (no local file)          tar shards, HDF5, ``.npy``, Parquet files
+``changed()`` ``file`` is not the version   tar shards (the shard or its plain copy)
+              indexed any more
+``classes``   None (labels are raw values)  ImageFolder trees (labels are ids into it)
+``io_stats``  ``{}``                        array and table sources (how they read)
+============  ============================  ==========================================
+
+Built-in sources subclass :class:`Source` to inherit these defaults; adding a source is
+one such class plus one entry in :mod:`turbofeed.io.registry`.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .local.files import FileRef
 from .table import SampleTable
+
+
+class Damage(Protocol):
+    """Why a source is reported while indexing (cut short, corrupt, empty, duplicate names)."""
+
+    reason: str
+
+    def describe(self, path: str, samples: int) -> str:
+        """One line naming ``path``, what is wrong and the ``samples`` still used."""
+        ...
 
 
 @runtime_checkable
 class Source(Protocol):
-    """A readable collection of samples: a tar shard, an image folder, later an S3 prefix.
+    """A readable collection of samples: a tar shard, an image folder, an array file, an
+    ``s3://`` shard.
 
     ``path`` names the source in messages; ``table`` lists its samples; ``read(i)``
     returns the encoded image bytes of sample ``i`` (an index into ``table``), or its
     uint8 pixels for the array formats (HDF5, Zarr, .npy), and must be safe to call
     from many threads at once; ``close()`` releases handles and may be called more
-    than once.
+    than once. The other members are optional capabilities with defaults (see the
+    module docstring).
+
+    Attributes:
+        damage: why the source was reported while indexing, or None. A damaged source
+            keeps the samples before the damage (none when it is unreadable); the
+            dataset lists it in ``Dataset.damaged``.
+        file: the local file as it was indexed (path and identity), or None.
+        classes: class names when the labels in ``table`` are already ids into them
+            (an ImageFolder's sorted folders); None when they are raw values (integers,
+            class names, None) that the dataset numbers (:mod:`turbofeed.io.labels`).
     """
 
     path: str
     table: SampleTable
+    damage: Damage | None = None
+    file: FileRef | None = None
+    classes: list[str] | None = None
 
     def read(self, i: int) -> bytes | np.ndarray: ...
 
     def close(self) -> None: ...
+
+    def view(self, i: int) -> bytes | memoryview | np.ndarray:
+        """Sample ``i`` like :meth:`read`, without a copy where the source can (valid as
+        long as it is referenced). Default: :meth:`read`."""
+        return self.read(i)
+
+    def changed(self) -> bool:
+        """True when the data on disk is not the version indexed any more (replaced,
+        rewritten, truncated, gone): the dataset then opens the source again. Default:
+        ``file`` changed (never, without a ``file``)."""
+        return self.file is not None and self.file.changed()
+
+    def io_stats(self) -> dict[str, Any]:
+        """How samples are read (``read_mode``, block loads and hits ...); default ``{}``."""
+        return {}

@@ -1,8 +1,12 @@
-"""Executor, batch buffers, the bad-sample policy and the sample-level Pipeline."""
+"""The sample-level front-end: ``Pipeline``, ``DistributedPipeline`` and ``Sample``.
 
+``Stats``, ``ErrorPolicy`` and ``ON_ERROR`` live in :mod:`turbofeed.engine` and are
+re-exported here, where users of the Pipeline look for them.
+"""
+
+from ..engine.policy import ON_ERROR, ErrorPolicy
+from ..engine.stats import Stats
 from .distributed import DistributedPipeline
-from .policy import ON_ERROR, ErrorPolicy
 from .samples import Pipeline, Sample
-from .stats import Stats
 
 __all__ = ["DistributedPipeline", "ErrorPolicy", "ON_ERROR", "Pipeline", "Sample", "Stats"]

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..decode import decode
-from ..io import Dataset
-from ..io import PathSpec
-from ..io import S3Config
+from ..engine.choose import Source, decode_stage, open_gpu_decoder
+from ..engine.run import BatchStage, Engine
+from ..engine.stages import StageInfo
+from ..engine.stream import Job
+from ..engine.work import Decoded, SampleWork
+from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
-from ..transforms import Compose, write_slot
-from ..transforms.output import OutputSpec
-from .policy import ErrorPolicy
-from .stats import Stats
-from .stream import BatchStream
-from .work import Decoded, SampleWork
+from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
 
@@ -76,14 +73,11 @@ class Sample:
         return torch.from_numpy(np.ascontiguousarray(self.get_image())).to(device or "cuda", non_blocking=False)
 
 
-def _host_pixels(loaded: Decoded, output: OutputSpec | None) -> np.ndarray:
-    """A CPU-decoded sample's HWC pixels: flipped, and converted when the transform ends
-    with ``Normalize``/``ToDtype`` (as the GPU path's batched op does)."""
-    if output is None:
-        return np.ascontiguousarray(loaded.pixels[:, ::-1]) if loaded.flip else loaded.pixels
-    out = np.empty(loaded.pixels.shape, output.dtype)
-    write_slot(loaded.pixels, out, flip=loaded.flip, channels_first=False, output=output)
-    return out
+def _sample_maker(dataset: Dataset) -> Callable[[int], Sample]:
+    def make_sample(gid: int) -> Sample:
+        shard, key = dataset.describe(gid)
+        return Sample(key, int(dataset.labels[gid]), shard)
+    return make_sample
 
 
 class Pipeline:
@@ -109,7 +103,7 @@ class Pipeline:
             nobody can decode goes through ``on_error``. Only with ``decode_jpeg``.
         device_id: the GPU for ``gpu_decode=True`` (``cuda:<device_id>``).
         s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
-            :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
+            :class:`turbofeed.S3Config`; default: the AWS variables and profile).
         format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for
@@ -136,13 +130,9 @@ class Pipeline:
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None) -> None:
-        self.stats = Stats()
-        self._policy = ErrorPolicy(on_error, self.stats)
-        self.dataset = Dataset(tar_paths, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3,
-                               classes=classes)
-        self.stats.skipped_at_index = len(self.dataset.problems)
-        self.stats.damaged_shards = list(self.dataset.damaged)
+        self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
+                                   format_options=format_options, s3=s3, classes=classes)
+        self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
         self.num_workers = num_workers
         self.decode_jpeg = decode_jpeg
@@ -150,25 +140,12 @@ class Pipeline:
         self.seed = seed
         self.rank, self.world_size = rank, world_size
         self.gpu_decode, self.device_id = gpu_decode, device_id
-        self.decoder = self._open_decoder(gpu_decode, device_id) if decode_jpeg else None
+        self.decoder = open_gpu_decoder(gpu_decode, f"cuda:{device_id}", self.stats, stacklevel=3) \
+            if decode_jpeg else None
         self.prefetch = prefetch or max(2, num_workers)
         self.epoch = 0
-        self._stream: BatchStream | None = None
-        self._gpu: Any = None  # the epoch's GpuChunks when decoding on the GPU
+        self._engine: Engine | None = None
         self._ready: deque[Sample] = deque()
-
-    def _open_decoder(self, gpu_decode: bool | Any, device_id: int) -> Any:
-        """The batch decoder for ``gpu_decode``, or None (CPU decoding) with one warning saying why."""
-        if gpu_decode is False or gpu_decode is None:
-            return None
-        from ..decode.gpu import open_decoder
-
-        decoder, reason = open_decoder(gpu_decode, f"cuda:{device_id}")
-        if decoder is None:
-            warnings.warn(f"turbofeed: gpu_decode=True but {reason}; decoding on the CPU",
-                          RuntimeWarning, stacklevel=3)
-            self.stats.count_error("gpu_fallback")
-        return decoder
 
     def __len__(self) -> int:
         """Samples per epoch for this rank."""
@@ -183,43 +160,44 @@ class Pipeline:
     def start(self) -> None:
         """Start the worker threads for the current epoch (no-op if running). Shards
         changed on disk since they were indexed are re-indexed first."""
-        if self._stream is not None:
+        if self._engine is not None:
             return
-        if self.dataset.refresh():
-            self.stats.damaged_shards = list(self.dataset.damaged)
-            self.stats.skipped_at_index = len(self.dataset.problems)
+        self._source.refresh()
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)
         work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch)
         policy = self._policy.for_pass()
-        # The closures below run on the worker threads: they must not hold ``self``, or the
+        # The stages run on the worker threads: they must not hold ``self``, or the
         # threads would keep a dropped Pipeline (and themselves) alive.
-        dataset, decode_jpeg = self.dataset, self.decode_jpeg
+        make_sample = _sample_maker(self.dataset)
         output = self.transform.output if self.transform is not None else None
 
-        def make_sample(gid: int) -> Sample:
-            shard, key = dataset.describe(gid)
-            return Sample(key, int(dataset.labels[gid]), shard)
-
-        def cpu_fill(gid: int, slot: list, j: int) -> None:
+        def with_pixels(gid: int, loaded: Decoded) -> Sample:
             sample = make_sample(gid)
-            if decode_jpeg:
-                sample.image = _host_pixels(work.load(gid), output)
-            else:
-                sample.data = work.fetch(gid)
-            slot[j] = sample
+            sample.image = hwc_pixels(loaded.pixels, flip=loaded.flip, output=output)
+            return sample
 
-        if self.decoder is not None:
-            from ._gpu_samples import GpuChunks
+        def with_bytes(gid: int, data: bytes | np.ndarray) -> Sample:
+            sample = make_sample(gid)
+            sample.data = data
+            return sample
 
-            self._gpu = GpuChunks(self.decoder, work, self.transform, plan, policy, make_sample)
-        fill = cpu_fill if self._gpu is None else self._gpu.fill
-        self._stream = BatchStream(plan, fill, lambda: [None] * _CHUNK, policy,
-                                   num_workers=self.num_workers, prefetch=self.prefetch,
-                                   stage="fetch" if self._gpu is not None else "decode.cpu")
+        decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
+                              fetch_only=None if self.decode_jpeg else with_bytes)
+        then = []
+        if self.decoder is not None:  # the GPU stage gives (entry, tensor on the device) pairs
+            def samples(job: Job, decoded: list[tuple[Any, Any]]) -> list[Sample]:
+                out = []
+                for entry, tensor in decoded:
+                    sample = make_sample(entry.gid)
+                    sample.tensor = tensor
+                    out.append(sample)
+                return out
+            then.append(BatchStage(StageInfo("samples", "batch", ("samples", "batches")), samples))
+        self._engine = Engine(plan, decode, policy, then=then, num_workers=self.num_workers, prefetch=self.prefetch)
         # Dropped without stop() (or collected): the threads stop with it.
-        self._finalizer = weakref.finalize(self, self._stream.close)
+        self._finalizer = weakref.finalize(self, self._engine.close)
 
     def next_batch(self, n: int) -> list[Sample]:
         """Up to ``n`` next samples in order; fewer at the end; ``[]`` once the epoch is done.
@@ -227,22 +205,15 @@ class Pipeline:
         Raises:
             SampleError: a bad sample under ``on_error="raise"``.
         """
-        if self._stream is None:
+        if self._engine is None:
             self.start()
-        stream = self._stream
-        assert stream is not None  # start() made it
+        engine = self._engine
+        assert engine is not None  # start() made it
         while len(self._ready) < n:
-            job = next(stream, None)
-            if job is None:
+            done = next(engine, None)
+            if done is None:
                 break
-            if self._gpu is None:
-                self._ready.extend(s for s, ok in zip(job.slot, job.ok) if ok and s is not None)
-            else:
-                try:
-                    self._ready.extend(self._gpu.samples(job))
-                except BaseException:  # as on the CPU path: the epoch ends here
-                    stream.close()
-                    raise
+            self._ready.extend(done[1])
             self.stats.count("batches")
         out = [self._ready.popleft() for _ in range(min(n, len(self._ready)))]
         self.stats.count("samples", len(out))
@@ -257,10 +228,9 @@ class Pipeline:
         """Stop the worker threads; idempotent. The next ``next_batch`` starts the epoch over.
 
         A Pipeline dropped without ``stop()`` stops its threads when it is collected."""
-        if self._stream is not None:
-            self._finalizer()  # closes the stream, once
-            self._stream = None
-        self._gpu = None
+        if self._engine is not None:
+            self._finalizer()  # closes the engine, once
+            self._engine = None
         self._ready.clear()
 
     def __enter__(self) -> "Pipeline":

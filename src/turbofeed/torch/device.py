@@ -20,19 +20,18 @@ def gpu_available() -> bool:
 
 
 def apply_output(images: Any, output: OutputSpec | None, channels_first: bool = True) -> Any:
-    """``(images - offset) * factor`` on whatever device ``images`` (uint8 NCHW) lives on.
+    """``(images - offset) * factor`` on whatever device ``images`` (uint8 NCHW, also an
+    NCHW-shaped view of channels_last memory; NHWC-shaped when not ``channels_first``)
+    lives on: :func:`turbofeed.transforms.batched.normalize`, or ``images`` itself when
+    there is no output op.
 
     The same torch ops run on the CPU in tests and on the GPU in training.
     """
     if output is None:
         return images
-    import torch
+    from ..transforms.batched import normalize  # imports torch
 
-    dtype = getattr(torch, output.torch_dtype)
-    shape = (1, 3, 1, 1)  # NCHW shape also for channels_last tensors (a permuted view)
-    offset = torch.as_tensor(output.offset, device=images.device, dtype=torch.float32).view(shape)
-    factor = torch.as_tensor(output.factor, device=images.device, dtype=torch.float32).view(shape)
-    return ((images.to(torch.float32) - offset) * factor).to(dtype)
+    return normalize(images, output, channels_first)
 
 
 class CudaDelivery:

@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..io import Dataset
-from ..io import PathSpec
-from ..io import S3Config
-from ..pipeline.buffers import Slot, SlotPool, make_array
-from ..pipeline.policy import ErrorPolicy
-from ..pipeline.stats import Stats
+from ..engine.choose import Source, open_gpu_decoder
+from ..engine.slots import SlotPool, make_array
+from ..io import PathSpec, S3Config
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
 from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._iterator import _LoaderIterator
 from .device import gpu_available
 from .env import detect
-from .hybrid import HybridSplit
 
 log = logging.getLogger("turbofeed")
 
@@ -73,7 +68,7 @@ class DataLoader(TorchDropIn):
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources, e.g. ``{"images": "img", "labels": "y"}``.
         s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
-            :class:`turbofeed.io.s3client.S3Config`; default: the AWS variables and profile).
+            :class:`turbofeed.S3Config`; default: the AWS variables and profile).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
         classes: class names in id order, for labels given by name (``.txt``, JSON
@@ -103,15 +98,11 @@ class DataLoader(TorchDropIn):
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
                  hybrid: bool = False, classes: list[str] | None = None) -> None:
-        self.stats = Stats()
-        self._policy = ErrorPolicy(on_error, self.stats)
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
-        self.dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip",
-                               cache_dir=cache_dir, format=format, format_options=format_options, s3=s3,
-                               classes=classes)
-        self.stats.skipped_at_index = len(self.dataset.problems)
-        self.stats.damaged_shards = list(self.dataset.damaged)
+        self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
+                                   format_options=format_options, s3=s3, classes=classes)
+        self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         if isinstance(transform, (list, tuple)):
             transform = Compose(transform)
         self.transform = transform
@@ -136,7 +127,11 @@ class DataLoader(TorchDropIn):
         if self._pinned and not gpu_available():
             self._pinned = False  # page-locking needs the CUDA runtime
         # Lives across epochs: the speeds measured in one epoch set the next one's split.
-        self._hybrid = HybridSplit(num_workers) if hybrid and self._gpu_decoder is not None else None
+        self._hybrid = None
+        if hybrid and self._gpu_decoder is not None:
+            from ..engine.hybrid import HybridSplit
+
+            self._hybrid = HybridSplit(num_workers)
         # Where the epoch stands (what state_dict reports): the current pass began after
         # ``_start`` samples of the global order (non-zero after a resume) and delivered
         # ``_batches_done`` batches; ``_batches_base`` carries a resumed state's count.
@@ -158,18 +153,10 @@ class DataLoader(TorchDropIn):
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
-        if gpu_decode is False or gpu_decode is None:
-            return None
-        if self.transform is None or self.transform.size is None:
-            decoder, reason = None, "it needs a transform with a fixed output size"
-        else:
-            from ..decode.gpu import open_decoder
-
-            decoder, reason = open_decoder(gpu_decode, self.device or "cuda")
+        fixed = self.transform is not None and self.transform.size is not None
+        decoder = open_gpu_decoder(gpu_decode, self.device or "cuda", self.stats,
+                                   unusable=None if fixed else "it needs a transform with a fixed output size")
         if decoder is None:
-            warnings.warn(f"turbofeed: gpu_decode=True but {reason}; decoding on the CPU",
-                          RuntimeWarning, stacklevel=3)
-            self.stats.count_error("gpu_fallback")
             return None
         if torch.device(decoder.device).type == "cuda":
             self.device = torch.device(decoder.device)  # batches are born on the decoder's GPU
@@ -331,9 +318,8 @@ class DataLoader(TorchDropIn):
         last = self.channels_last if channels_last is None else channels_last
         shape = (self.batch_size, h, w, 3) if last else (self.batch_size, 3, h, w)
 
-        def make() -> Slot:
-            return Slot(make_array(shape, output_dtype, self._pinned),
-                        np.empty(self.batch_size, dtype=np.int64))
+        def make() -> tuple[np.ndarray, np.ndarray]:
+            return make_array(shape, output_dtype, self._pinned), np.empty(self.batch_size, dtype=np.int64)
         key = (shape, output_dtype.name)
         if key not in self._pools:
             self._pools[key] = SlotPool(make, capacity=self.prefetch + 2)
@@ -376,10 +362,8 @@ class DataLoader(TorchDropIn):
         """Before a pass (no worker running): re-index the shards changed on disk since
         they were indexed, so no read goes through stale offsets or a map of a file
         truncated since (SIGBUS). One ``stat`` per local file."""
-        if not self.dataset.refresh():
+        if not self._source.refresh():
             return
-        self.stats.damaged_shards = list(self.dataset.damaged)
-        self.stats.skipped_at_index = len(self.dataset.problems)
         self._fingerprint = plan_fingerprint(
             dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle, drop_last=self.drop_last)
         if self._resume:

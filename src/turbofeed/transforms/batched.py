@@ -1,4 +1,5 @@
-"""Batched crop + antialiased resize + flip + normalise as plain torch ops (any device).
+"""Batched crop + antialiased resize + flip + normalise as plain torch ops (any device);
+:func:`normalize` is the torch implementation of the output op.
 
 Every sample of a batch has its own crop box and source size; all are resized to one
 output size in two batched matrix products, so a whole batch is one call on the GPU
@@ -85,13 +86,31 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
     if output is None:
         result = result.round_().clamp_(0, 255).to(torch.uint8)
     else:
-        shape = (1, 3, 1, 1)
-        offset = torch.as_tensor(output.offset, device=result.device).view(shape)
-        factor = torch.as_tensor(output.factor, device=result.device).view(shape)
-        result = ((result - offset) * factor).to(getattr(torch, output.torch_dtype))
+        result = normalize(result, output)
     if channels_last:
         result = result.contiguous(memory_format=torch.channels_last)
     return result
+
+
+def normalize(images: torch.Tensor, spec: OutputSpec, channels_first: bool = True) -> torch.Tensor:
+    """The torch normalisation: ``(x - spec.offset) * spec.factor`` in float32, rounded
+    once to ``spec.torch_dtype`` (see :class:`~turbofeed.transforms.output.OutputSpec`):
+    the same bits as :func:`turbofeed.transforms.write_slot` and the native decoder.
+
+    Args:
+        images: uint8 pixels (or float32 resampled ones), on any device: ``(..., 3, H, W)``
+            (``channels_first``; also an NCHW-shaped view of channels_last memory) or
+            ``(..., H, W, 3)``.
+        spec: the output op (``Normalize(...).spec``, ``ToDtype(...).spec``).
+        channels_first: where the channel axis is.
+
+    Returns:
+        A new tensor of ``spec.torch_dtype``, the shape of ``images``, on its device.
+    """
+    shape = (3, 1, 1) if channels_first else (3,)
+    offset = torch.as_tensor(spec.offset, device=images.device, dtype=torch.float32).view(shape)
+    factor = torch.as_tensor(spec.factor, device=images.device, dtype=torch.float32).view(shape)
+    return ((images.to(torch.float32) - offset) * factor).to(getattr(torch, spec.torch_dtype))
 
 
 def _default_budget() -> int:

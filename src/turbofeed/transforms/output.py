@@ -10,16 +10,25 @@ import numpy as np
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# Output dtype -> the NumPy dtype host buffers compute it in. NumPy has no bfloat16:
-# host batches are float32 and become bfloat16 as torch tensors (on the GPU paths the
-# batched op writes bfloat16 directly).
+# Output dtype -> the NumPy dtype of host buffers. NumPy has no bfloat16: host batches
+# are float32 and become bfloat16 as torch tensors (on the GPU paths the batched op
+# writes bfloat16 directly).
 _DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "bfloat16": np.float32}
 
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """``out = (pixel - offset) * factor`` per channel: computed in ``dtype`` (NumPy, for
-    host buffers), delivered as ``torch_dtype`` (the name of a ``torch`` dtype)."""
+    """``out = (pixel - offset) * factor`` per channel, the one definition of the output op.
+
+    Computed in float32 and rounded once to the output dtype, by exactly two
+    implementations, which give the same bits as each other and as the native decoder
+    (float32 only, :func:`turbofeed.decode.native.crop_resize` with ``offset``/``factor``):
+
+    - NumPy: :func:`turbofeed.transforms.write_slot` (host buffers of ``dtype``; one
+      image's HWC pixels: :func:`turbofeed.transforms.hwc_pixels`);
+    - torch: :func:`turbofeed.transforms.batched.normalize` (any device, delivered as
+      ``torch_dtype``, the name of a ``torch`` dtype).
+    """
 
     dtype: np.dtype
     offset: np.ndarray  # shape (3,)

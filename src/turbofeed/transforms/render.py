@@ -26,7 +26,12 @@ def resample(image: np.ndarray, window: Window) -> np.ndarray:
 
 def write_slot(pixels: np.ndarray, out: np.ndarray, *, flip: bool, channels_first: bool,
                output: OutputSpec | None) -> None:
-    """Copy HWC uint8 ``pixels`` into ``out`` (CHW or HWC), flipped and converted as asked."""
+    """Copy HWC uint8 ``pixels`` into ``out`` (CHW or HWC), flipped and converted as asked.
+
+    The NumPy normalisation: ``(pixel - output.offset) * output.factor`` in float32,
+    rounded once to ``out.dtype`` (see :class:`OutputSpec`), the same bits as
+    :func:`turbofeed.transforms.batched.normalize` and the native decoder.
+    """
     src = pixels[:, ::-1] if flip else pixels
     if channels_first:
         src = src.transpose(2, 0, 1)
@@ -34,5 +39,19 @@ def write_slot(pixels: np.ndarray, out: np.ndarray, *, flip: bool, channels_firs
         np.copyto(out, src)
         return
     shape = (3, 1, 1) if channels_first else (3,)
-    np.subtract(src, output.offset.reshape(shape), out=out, casting="unsafe")
-    np.multiply(out, output.factor.reshape(shape).astype(out.dtype), out=out)
+    offset = output.offset.astype(np.float32, copy=False).reshape(shape)
+    factor = output.factor.astype(np.float32, copy=False).reshape(shape)
+    work = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+    np.subtract(src, offset, out=work, dtype=np.float32)
+    np.multiply(work, factor, out=out, dtype=np.float32, casting="unsafe")
+
+
+def hwc_pixels(pixels: np.ndarray, *, flip: bool, output: OutputSpec | None) -> np.ndarray:
+    """One image's HWC pixels as a sample hands them out: flipped, and converted to
+    ``output.dtype`` by :func:`write_slot` when there is an output op (else uint8, the
+    input itself when there is nothing to do)."""
+    if output is None:
+        return np.ascontiguousarray(pixels[:, ::-1]) if flip else pixels
+    out = np.empty(pixels.shape, output.dtype)
+    write_slot(pixels, out, flip=flip, channels_first=False, output=output)
+    return out

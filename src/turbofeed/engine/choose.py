@@ -1,0 +1,113 @@
+"""What the front-ends share: opening the data with its stats and policy, opening a GPU
+decoder (or saying why not), and choosing the decode stage of a pass.
+
+``DataLoader`` and ``Pipeline`` only pick their options and shape the output; the one
+place that maps options to a decode stage is :func:`decode_stage`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..io import Dataset, PathSpec, S3Config
+from ..plan import EpochPlan
+from ..transforms import Compose
+from .policy import ErrorPolicy, PassPolicy
+from .slots import SlotPool
+from .stages import DecodeStage, FetchOnly, FusedCpuDecode, PerSampleCpuDecode
+from .stats import Stats
+from .work import Decoded, SampleWork
+
+
+@dataclass
+class Source:
+    """The data of a front-end with what it counts: dataset, stats, bad-sample policy."""
+
+    dataset: Dataset
+    stats: Stats
+    policy: ErrorPolicy
+
+    @classmethod
+    def open(cls, data: PathSpec, *, on_error: str, cache_dir: str | None, format: str | None,
+             format_options: dict | None, s3: S3Config | None, classes: list[str] | None) -> Source:
+        """Index ``data`` (a damaged shard raises under ``on_error="raise"``)."""
+        stats = Stats()
+        policy = ErrorPolicy(on_error, stats)  # validates on_error before any indexing
+        dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
+                          format=format, format_options=format_options, s3=s3, classes=classes)
+        source = cls(dataset, stats, policy)
+        source.sync_stats()
+        return source
+
+    def sync_stats(self) -> None:
+        self.stats.skipped_at_index = len(self.dataset.problems)
+        self.stats.damaged_shards = list(self.dataset.damaged)
+
+    def refresh(self) -> bool:
+        """Re-index shards changed on disk (before a pass: no worker running); True if any."""
+        if not self.dataset.refresh():
+            return False
+        self.sync_stats()
+        return True
+
+
+def open_gpu_decoder(gpu_decode: bool | Any, device: Any, stats: Stats, *, unusable: str | None = None,
+                     stacklevel: int = 4) -> Any:
+    """The batch decoder for ``gpu_decode``, or None (CPU decoding) with one warning saying
+    why and one count in ``stats.errors["gpu_fallback"]``. ``unusable``: a reason the
+    caller's options rule the GPU out."""
+    if gpu_decode is False or gpu_decode is None:
+        return None
+    decoder, reason = None, unusable
+    if reason is None:
+        from ..decode.gpu import open_decoder
+
+        decoder, reason = open_decoder(gpu_decode, device)
+    if decoder is None:
+        warnings.warn(f"turbofeed: gpu_decode=True but {reason}; decoding on the CPU",
+                      RuntimeWarning, stacklevel=stacklevel)
+        stats.count_error("gpu_fallback")
+    return decoder
+
+
+def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch_size: int,
+                 decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
+                 channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
+                 fetch_only: Callable[[int, Any], Any] | None = None) -> DecodeStage:
+    """The decode stage of a pass, from the front-end's options:
+
+    - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
+    - ``decoder`` (and ``hybrid``, a :class:`~turbofeed.engine.hybrid.HybridSplit`): the
+      GPU, or split between GPU and CPU threads; batches stacked when ``pool`` is given,
+      else per sample;
+    - ``pool`` (``pool(dtype, channels_last) -> SlotPool``; the transform has one output
+      size): the fused CPU decode into batch slots;
+    - otherwise: per-sample CPU decode, ``shape(id, decoded)`` per sample.
+    """
+    transform: Compose | None = work.transform
+    if fetch_only is not None:
+        return FetchOnly(work, batch_size, fetch_only)
+    if decoder is not None:
+        from .decode_gpu import GpuDecode
+
+        gpu = GpuDecode(decoder, work, transform, plan, policy, batch_size=batch_size, stacked=pool is not None,
+                        channels_last=channels_last)
+        if hybrid is None:
+            return gpu
+        assert pool is not None and transform is not None  # hybrid needs host slots and a fixed size
+        from .hybrid import HybridDecode
+
+        cpu_work = SampleWork(work.dataset, transform.without_output(), work.stats, seed=work.seed, epoch=work.epoch)
+        cpu = FusedCpuDecode(cpu_work, pool(np.dtype(np.uint8), False), channels_first=True)
+        return HybridDecode(gpu, cpu, hybrid)
+    if pool is not None and transform is not None:
+        spec = transform.output
+        dtype = np.dtype(np.uint8) if spec is None else spec.dtype
+        return FusedCpuDecode(work, pool(dtype, channels_last), channels_first=not channels_last)
+    assert shape is not None  # a per-sample decode says what each sample becomes
+    return PerSampleCpuDecode(work, batch_size, shape)

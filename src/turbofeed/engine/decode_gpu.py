@@ -1,0 +1,186 @@
+"""decode.gpu: CPU threads only read bytes and choose crop windows; each batch is decoded
+in one nvJPEG call and cropped, resized, flipped and normalised in one batched op on the
+device. Imported only when a decoder is in use (needs torch).
+
+Images the GPU decoder rejects (CMYK, unusual sampling) are decoded on the CPU and
+counted in ``stats.errors["gpu_fallback"]``; images nobody can decode go through the
+usual bad-sample policy, so batch shapes and step counts stay as on the CPU path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from ..plan import EpochPlan
+from ..transforms import Compose, Window
+from .gpu import cpu_decode, decode_job, header_window, resize_batch
+from .policy import PassPolicy
+from .stages import StageInfo
+from .work import SampleWork
+
+if TYPE_CHECKING:
+    from .stream import Job
+
+
+class BatchDecoder(Protocol):
+    """What the GPU stage needs from a decoder (``turbofeed.decode.gpu.GpuDecoder`` or your own)."""
+
+    device: torch.device
+
+    def decode(self, datas: list[bytes]) -> list[torch.Tensor | None]: ...
+
+
+@dataclass
+class Encoded:
+    """One sample as the worker threads leave it: id, bytes, window (None without a
+    transform), label; pixels once decoded."""
+
+    gid: int
+    data: bytes | np.ndarray
+    window: Window | None
+    label: int
+    pixels: torch.Tensor | None = None
+
+
+class GpuDecode:
+    """The GPU choice of the decode stage, for one pass.
+
+    Args:
+        decoder: ``device`` and ``decode(list of bytes) -> list of (3, H, W) uint8
+            tensors or None``.
+        work, transform, plan, policy: the pass's sample loader, transform (or None),
+            plan and bad-sample policy (shared with the worker threads).
+        batch_size: positions per batch.
+        stacked: :meth:`finish` gives the batch as one ``(images, labels)`` pair (the
+            transform has one output size: the DataLoader), else :meth:`samples` (the Pipeline).
+        channels_last: NHWC memory order for stacked batches.
+    """
+
+    info = StageInfo("decode.gpu", "sample+batch", ("fetch", "decode.gpu", "errors.gpu_fallback"))
+
+    def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose | None, plan: EpochPlan,
+                 policy: PassPolicy, *, batch_size: int, stacked: bool = True, channels_last: bool = False) -> None:
+        self.decoder = decoder
+        self.work = work
+        self.transform = transform
+        self.plan = plan
+        self.policy = policy
+        self.batch_size = batch_size
+        self.stacked = stacked
+        self.channels_last = channels_last
+        self.device = torch.device(decoder.device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    # -- worker side -------------------------------------------------------------------
+    def acquire(self) -> list[Any]:
+        return [None] * self.batch_size
+
+    def fill(self, gid: int, buffer: list[Any], j: int) -> None:
+        """Fetch the bytes and, with a transform, choose the window from the header."""
+        data = self.work.fetch(gid)
+        window = None if self.transform is None else header_window(self.work, gid, data, self.transform)
+        buffer[j] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]))
+
+    # -- the consumer's side -------------------------------------------------------------
+    def decode(self, job: Job, entries: list[Any], positions: range) -> list[Encoded]:
+        """Decode ``positions`` of the job in one decoder call, the CPU taking what the GPU
+        refuses; the entries that hold a sample, in order, each with ``pixels`` set."""
+        def refill(gid: int, i: int) -> None:  # an image the GPU refused, decoded on the CPU
+            data, window, pixels = cpu_decode(self.work, gid, self.transform, self.device)
+            entries[i] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), pixels)
+
+        kept = decode_job(self.decoder, job, self.plan, self.policy, refill, entries, positions)
+        return [entries[i] for i in kept]
+
+    def finish(self, job: Job) -> Any:
+        """The whole batch as ``(images, labels)`` on the device (``stacked``), made on a side
+        stream the consumer's stream then waits for; else its :meth:`samples`."""
+        if not self.stacked:
+            return self.samples(job)
+        started = time.perf_counter()
+        with self.on_side_stream() as done:
+            images, labels = self.batch(job, job.slot, range(len(job)), started)
+        self.hand_over(done, images, labels)
+        return images, labels
+
+    def batch(self, job: Job, entries: list[Any], positions: range,
+              started: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode and augment ``positions`` of a batch in one call each."""
+        transform = self.transform
+        assert transform is not None and transform.size is not None  # stacked batches have one size
+        kept = self.decode(job, entries, positions)
+        if kept:
+            out = resize_batch([e.pixels for e in kept], [e.window for e in kept],  # type: ignore[misc]
+                               transform.size, transform.output, self.channels_last)
+        else:  # every sample of this part was skipped
+            dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
+            out = torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
+        labels = torch.tensor([e.label for e in kept], dtype=torch.int64).to(self.device)
+        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
+        return out, labels
+
+    def samples(self, job: Job) -> list[tuple[Encoded, torch.Tensor]]:
+        """Each sample of the batch with its (H, W, 3) tensor on the device, in order (the
+        Pipeline's shape: sizes may differ; one batched op per output size)."""
+        started = time.perf_counter()
+        kept = self.decode(job, job.slot, range(len(job)))
+        out: dict[int, torch.Tensor] = {}
+        if self.transform is None:
+            for e in kept:  # a view of the decoder's own tensor
+                assert e.pixels is not None  # decode() returns decoded entries only
+                out[id(e)] = e.pixels.permute(1, 2, 0)
+        else:
+            by_size: dict[tuple[int, int], list[Encoded]] = {}
+            for e in kept:
+                assert e.window is not None  # a window per transform
+                by_size.setdefault((e.window.height, e.window.width), []).append(e)
+            for size, group in by_size.items():
+                images = resize_batch([e.pixels for e in group], [e.window for e in group],  # type: ignore[misc]
+                                      size, self.transform.output)
+                for e, image in zip(group, images):
+                    out[id(e)] = image.permute(1, 2, 0)
+        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
+        return [(e, out[id(e)]) for e in kept]
+
+    # -- streams -----------------------------------------------------------------------
+    def on_side_stream(self) -> Any:
+        """A context running device work on the stage's side stream; yields the event
+        that marks its end (None on a CPU stand-in device)."""
+        return _SideStream(self.stream)
+
+    def hand_over(self, done: Any, *tensors: torch.Tensor) -> None:
+        """The consumer's stream waits for the side stream's work on ``tensors``."""
+        if done is None:
+            return
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(done)
+        for t in tensors:
+            t.record_stream(consumer)
+
+    def close(self) -> None:
+        pass
+
+
+class _SideStream:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.done: Any = None
+        self._ctx: Any = None
+
+    def __enter__(self) -> Any:
+        if self.stream is None:
+            return None
+        self._ctx = torch.cuda.stream(self.stream)
+        self._ctx.__enter__()
+        self.done = torch.cuda.Event()
+        return self.done
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is not None:
+            self.done.record(self.stream)
+            self._ctx.__exit__(*exc)

@@ -1,0 +1,136 @@
+"""Building blocks of GPU decoding shared by the DataLoader and the Pipeline.
+
+Worker threads call :func:`header_window` (bytes in hand, crop window from the header);
+the caller's thread calls :func:`decode_job` (one decoder call for a whole batch, CPU
+fallback per rejected image through the bad-sample policy) and :func:`resize_batch`
+(crop, resize, flip and normalise in one batched op on the decoder's device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from ..decode import check_pixels, decode, probe
+from ..decode.cpu import as_rgb
+from .policy import ErrorPolicy, PassPolicy
+from .stream import Job, fill_position
+from .work import SampleWork
+from ..plan import EpochPlan
+from ..transforms import Compose, Window
+from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop, window_tensors
+from ..transforms.output import OutputSpec
+
+
+def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
+    """An HWC uint8 image (or a pre-decoded array sample) as the (3, H, W) tensor a decoder returns."""
+    return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)
+
+
+def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose) -> Window:
+    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng.
+
+    Raises:
+        SampleError: no readable header, or more pixels than ``work.max_pixels`` (stage
+            ``decode.gpu``): checked here, before any decoder allocates for the image.
+    """
+    try:
+        info = probe(data)
+        check_pixels(info.height, info.width, work.max_pixels)
+        return transform.window(info.height, info.width, work.rng(gid))
+    except Exception as exc:
+        raise work.error(gid, "decode.gpu", exc) from exc
+
+
+@overload
+def cpu_decode(work: SampleWork, gid: int, transform: Compose,
+               device: torch.device) -> tuple[bytes | np.ndarray, Window, torch.Tensor]: ...
+@overload
+def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
+               device: torch.device) -> tuple[bytes | np.ndarray, Window | None, torch.Tensor]: ...
+def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
+               device: torch.device) -> tuple[bytes | np.ndarray, Window | None, torch.Tensor]:
+    """Fetch and decode sample ``gid`` on the CPU (the fallback for an image the GPU refused).
+
+    Returns:
+        (data, window chosen from the decoded size or None without ``transform``,
+        (3, H, W) uint8 tensor on ``device``).
+
+    Raises:
+        SampleError: unreadable (stage ``fetch``) or undecodable (stage ``decode.cpu``).
+    """
+    data = work.fetch(gid)
+    try:
+        pixels = decode(data, max_pixels=work.max_pixels)  # read once per epoch, not per image
+        height, width = pixels.shape[:2]
+        window = None if transform is None else transform.window(height, width, work.rng(gid))
+    except Exception as exc:
+        raise work.error(gid, "decode.cpu", exc) from exc
+    return data, window, pixels_tensor(pixels, device)
+
+
+def decode_batch(decoder: Any, datas: Sequence[bytes | np.ndarray]) -> list[torch.Tensor | None]:
+    """One ``decoder.decode`` call for the encoded items; pre-decoded arrays (HDF5, Zarr,
+    .npy sources) skip the decoder and are copied to its device as they are. No call when
+    nothing is encoded."""
+    device = torch.device(decoder.device)
+    encoded = [d for d in datas if not isinstance(d, np.ndarray)]
+    results = iter(decoder.decode(encoded) if encoded else [])
+    return [pixels_tensor(d, device) if isinstance(d, np.ndarray) else next(results) for d in datas]
+
+
+def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy | PassPolicy,
+               refill: Callable[[int, int], None], entries: list | None = None,
+               positions: Sequence[int] | None = None) -> list[int]:
+    """Decode the finished ``job`` on the decoder in one call, CPU fallback per image.
+
+    Each ``entries[i]`` (default ``job.slot``) is an entry with ``data`` (bytes or an
+    array) and ``pixels`` (set here to its (3, H, W) tensor); only ``positions`` (default:
+    all) are decoded. An image the decoder refuses (None) is counted in
+    ``stats.errors["gpu_fallback"]`` and ``refill(gid, i)`` decodes it on the CPU into a
+    new entry at ``entries[i]`` (pixels set); when that raises :class:`SampleError`,
+    the policy replaces, skips (``job.ok[i] = False``) or raises, as on the CPU path.
+
+    Returns:
+        The indices of the batch that hold a decoded sample, in order.
+    """
+    entries = job.slot if entries is None else entries
+    keep = [i for i in (range(len(job)) if positions is None else positions) if job.ok[i]]
+    decoded = decode_batch(decoder, [entries[i].data for i in keep])
+    for i, pixels in zip(keep, decoded):
+        entries[i].pixels = pixels
+        if pixels is None:  # the decoder refused it: the CPU decodes it, or the policy acts
+            policy.stats.count_error("gpu_fallback")
+            def refill_here(g: int, i: int = i) -> None:
+                refill(g, i)
+            gid = fill_position(plan, job.positions[i], refill_here, policy)
+            if gid is None:
+                job.ok[i] = False
+            else:
+                job.ids[i] = gid
+    return [i for i in keep if job.ok[i]]
+
+
+def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size: tuple[int, int],
+                 output: OutputSpec | None, channels_last: bool = False,
+                 budget: int | None = None) -> torch.Tensor:
+    """Crop each (3, h, w) image to its window, resize to ``size``, flip, normalise: one
+    batched op on the images' device; (N, 3, *size), uint8 or ``output.dtype``.
+
+    Device memory stays bounded: each image is first cut to the pixels its window reads,
+    and the batch runs in as many batched calls as keep the padded float work within
+    ``budget`` bytes (:func:`turbofeed.transforms.batched.groups_within`)."""
+    cuts = [crop_to_reach(image, window) for image, window in zip(pixels, windows)]
+    shapes = [(int(cut.shape[1]), int(cut.shape[2])) for cut, _ in cuts]
+    parts = []
+    for run in groups_within(shapes, size, budget):
+        images, sizes = pad_batch([cuts[i][0] for i in run])
+        boxes, flips = window_tensors([cuts[i][1] for i in run])
+        parts.append(resized_crop(images, sizes, boxes, size, flips, output, channels_last))
+    if len(parts) == 1:
+        return parts[0]
+    out = torch.cat(parts)
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out

@@ -1,0 +1,173 @@
+"""What a stage declares, and the CPU choices of the decode stage.
+
+A pass (:class:`turbofeed.engine.run.Engine`) is one list of named stages:
+
+=============  ==========================  =================================  ==================
+stage          where it runs               what it does                       what it counts
+=============  ==========================  =================================  ==================
+fetch          per sample, worker threads  sample id -> bytes (or pixels)     ``seconds.fetch``, ``bytes_read``
+decode.cpu     per sample, worker threads  crop-window decode + resize +      ``seconds.decode.cpu``,
+               (fused: one native call)    flip + normalise into the slot     ``seconds.augment``, ``collate``
+decode.gpu     per sample: bytes, window;  one batched nvJPEG call, batched   ``seconds.decode.gpu``,
+               per batch: on the device    crop/resize/normalise              ``errors.gpu_fallback``
+decode.hybrid  both of the above           a batch split by measured speed    as both
+collate        per batch, caller thread    the slot's arrays as the batch     ``samples``, ``batches``
+deliver        per batch, caller thread    tensors, async copy to the GPU     ``seconds.wait``
+=============  ==========================  =================================  ==================
+
+The decode stage is chosen once per pass (:func:`turbofeed.engine.choose.decode_stage`);
+every choice has the same two halves: ``acquire``/``fill`` (per sample, worker threads,
+after the fetch it performs through :class:`~turbofeed.engine.work.SampleWork`) and
+``finish`` (per batch, the consumer's thread). A new decode backend is one new class
+with these three methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+
+from .slots import Slot, SlotPool
+from .work import Decoded, SampleWork
+
+if TYPE_CHECKING:
+    from .stream import Job
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """A stage's name (also its threads' and its timers' name), where it runs, what it counts."""
+
+    name: str
+    where: Literal["sample", "batch", "sample+batch"]
+    counts: tuple[str, ...] = ()
+
+
+class SampleStage(Protocol):
+    """The per-sample half of a pass, run by the worker threads."""
+
+    info: StageInfo
+
+    def acquire(self) -> Any:
+        """An empty buffer for a new batch (the consumer's thread)."""
+        ...
+
+    def fill(self, gid: int, buffer: Any, j: int) -> None:
+        """Load sample ``gid`` into position ``j`` of ``buffer``; raise SampleError if bad."""
+        ...
+
+
+class DecodeStage(SampleStage, Protocol):
+    """A choice of the decode stage: the per-sample half and the per-batch half."""
+
+    def finish(self, job: Job) -> Any:
+        """The batch out of a finished job (the consumer's thread; may run device work)."""
+        ...
+
+    def close(self) -> None:
+        """Give back what the stage holds (slots waiting for a copy); idempotent."""
+        ...
+
+
+@dataclass
+class HostBatch:
+    """A batch on the host, as the CPU decode stages leave it.
+
+    ``images``: the first N rows of ``slot``, or a list of per-sample arrays (no slot).
+    The deliver stage hands them out through :meth:`Slot.lend` (the slot is free again
+    when every tensor made from them is gone) or releases the slot itself once its copy
+    to the GPU finished.
+    """
+
+    images: np.ndarray | list[Any]
+    labels: np.ndarray
+    slot: Slot | None = None
+
+
+class FusedCpuDecode:
+    """decode.cpu for a transform of one output size: each worker decodes only the crop
+    window, resizes, flips and normalises it in one native call straight into its row
+    of a pooled batch slot."""
+
+    info = StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment", "collate"))
+
+    def __init__(self, work: SampleWork, pool: SlotPool, *, channels_first: bool) -> None:
+        self.work = work
+        self.pool = pool
+        self.channels_first = channels_first
+
+    def acquire(self) -> Slot:
+        return self.pool.acquire()
+
+    def fill(self, gid: int, buffer: Slot, j: int) -> None:
+        self.work.into_slot(gid, buffer, j, channels_first=self.channels_first)
+
+    def finish(self, job: Job) -> HostBatch:
+        slot: Slot = job.slot
+        keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"
+        n = len(job)
+        if len(keep) < n:
+            slot.images[:len(keep)] = slot.images[keep]
+            slot.labels[:len(keep)] = slot.labels[keep]
+            n = len(keep)
+        return HostBatch(slot.images[:n], slot.labels[:n].copy(), slot)
+
+    def close(self) -> None:
+        pass
+
+
+class PerSampleCpuDecode:
+    """decode.cpu for outputs of varying size (or none): each worker loads a sample and
+    ``shape(gid, decoded)`` makes the per-sample result the front-end hands out."""
+
+    info = StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment"))
+
+    def __init__(self, work: SampleWork, batch_size: int, shape: Callable[[int, Decoded], Any]) -> None:
+        self.work = work
+        self.batch_size = batch_size
+        self.shape = shape
+
+    def acquire(self) -> list[Any]:
+        return [None] * self.batch_size
+
+    def fill(self, gid: int, buffer: list[Any], j: int) -> None:
+        buffer[j] = self.shape(gid, self.work.load(gid))
+
+    def finish(self, job: Job) -> list[Any]:
+        """The results of the positions that hold a sample, in order."""
+        return [job.slot[i] for i in np.flatnonzero(job.ok)]
+
+    def close(self) -> None:
+        pass
+
+
+class FetchOnly:
+    """The fetch stage alone (no decode): ``shape(gid, data)`` per sample."""
+
+    info = StageInfo("fetch", "sample", ("fetch",))
+
+    def __init__(self, work: SampleWork, batch_size: int, shape: Callable[[int, Any], Any]) -> None:
+        self.work = work
+        self.batch_size = batch_size
+        self.shape = shape
+
+    def acquire(self) -> list[Any]:
+        return [None] * self.batch_size
+
+    def fill(self, gid: int, buffer: list[Any], j: int) -> None:
+        buffer[j] = self.shape(gid, self.work.fetch(gid))
+
+    def finish(self, job: Job) -> list[Any]:
+        return [job.slot[i] for i in np.flatnonzero(job.ok)]
+
+    def close(self) -> None:
+        pass
+
+
+def chw_with_label(gid: int, sample: Decoded) -> tuple[np.ndarray, int]:
+    """The DataLoader's per-sample shape: a (3, H, W) uint8 array (flip applied) and its label."""
+    pixels = sample.pixels[:, ::-1] if sample.flip else sample.pixels
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1)), sample.label

@@ -1,0 +1,225 @@
+"""Run an epoch plan through the per-sample stage on the worker threads, batch by batch, in order.
+
+Invariant: at most ``prefetch`` batches are in flight (submitted, not yet handed to
+the caller), so memory is bounded by ``prefetch`` slots plus the ones the caller holds.
+The order of samples inside a batch is fixed by the plan, never by thread timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatasetError, SampleError
+from ..plan import EpochPlan
+from .executor import Executor
+from .policy import ErrorPolicy, PassPolicy
+from .stages import SampleStage
+
+_POLL_S = 0.1
+
+
+class Job:
+    """One batch in flight: which positions, which slot, and how many are left."""
+
+    def __init__(self, index: int, positions: range, slot: Any) -> None:
+        self.index = index
+        self.positions = positions
+        self.slot = slot
+        self.ids = np.full(len(positions), -1, dtype=np.int64)  # sample id that filled each slot
+        self.ok = np.ones(len(positions), dtype=bool)
+        self.error: BaseException | None = None
+        self._remaining = len(positions)
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+
+    def finish_one(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self.done.set()
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+class _Runner:
+    """What the worker threads run. Holds no reference to the :class:`BatchStream`, so
+    dropping the stream (``break``, garbage collection) lets its finalizer stop them."""
+
+    def __init__(self, plan: EpochPlan, fill: Callable[[int, Any, int], None], policy: PassPolicy) -> None:
+        self.plan = plan
+        self.fill = fill
+        self.policy = policy
+        self.stop = threading.Event()
+
+    def run(self, job: Job, j: int) -> None:
+        try:
+            if job.error is None and not self.stop.is_set():
+                self._fill_position(job, j)
+        except BaseException as exc:  # travels to the caller's thread through the job
+            job.fail(exc)
+        finally:
+            job.finish_one()
+
+    def _fill_position(self, job: Job, j: int) -> None:
+        gid = fill_position(self.plan, job.positions[j], lambda g: self.fill(g, job.slot, j), self.policy)
+        if gid is None:
+            job.ok[j] = False
+        else:
+            job.ids[j] = gid
+
+
+def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
+                  policy: ErrorPolicy | PassPolicy) -> int | None:
+    """Fill the slot of ``position`` with its sample, applying the bad-sample policy.
+
+    Under ``"replace"`` a bad sample's slot gets the next good sample of the order
+    (wrapping around), however long the bad run: order ``a b1 b2 c`` fills ``a c c c``.
+    Samples already found bad in this pass (``policy``, a :class:`PassPolicy` shared by
+    the pass's workers) are not tried again, so each is decoded, counted and logged once.
+
+    Returns the sample id that filled the slot (a replacement's under ``"replace"``),
+    or None when the sample was skipped (``"skip"``).
+
+    Raises:
+        SampleError: under ``"raise"``.
+        DatasetError: under ``"replace"``, no sample of the whole order is good (at most
+            one pass over it).
+    """
+    if isinstance(policy, ErrorPolicy):
+        policy = policy.for_pass()  # a caller without a pass: nothing known bad yet
+    order = plan.order
+    n = len(order)
+    gid = int(order[position])
+    first: SampleError | None = None
+    if policy.mode == "raise" or not policy.is_bad(position, gid):
+        try:
+            fill(gid)
+            return gid
+        except SampleError as err:
+            policy.record(err, position, gid)
+            if policy.mode == "raise":
+                raise
+            first = err
+    if policy.mode == "skip":
+        policy.stats.count("skipped")
+        return None
+    tries = plan.replacement_positions(position)  # every other position once, wrapping around
+    end = tries.stop
+    u = policy.next_unknown(order, tries.start, end)
+    while u is not None:
+        gid = int(order[u % n])
+        try:
+            fill(gid)
+        except SampleError as err:
+            policy.record(err, u % n, gid)
+            first = first or err
+            u = policy.next_unknown(order, u + 1, end)
+            continue
+        policy.count_replaced(position)
+        return gid
+    cause = f" (first: {first})" if first is not None else ""
+    raise DatasetError(f"no good sample in this rank's {n} samples of the epoch{cause}; "
+                       "the dataset looks unreadable") from first
+
+
+def _shutdown(runner: _Runner, pool: Executor) -> None:
+    runner.stop.set()
+    pool.close()
+
+
+class BatchStream:
+    """Iterator of finished :class:`Job` objects for batches ``start .. len(plan)-1``.
+
+    Args:
+        plan: this rank's epoch.
+        stage: the per-sample stage: ``acquire()`` an empty buffer for a new batch,
+            ``fill(id, buffer, j)`` loads sample ``id`` into position ``j`` (raises
+            :class:`SampleError` for a bad sample); its ``info.name`` names the threads.
+        policy: what a bad sample does: the pass's :class:`PassPolicy` (shared with
+            whatever else handles this pass's samples), or an :class:`ErrorPolicy`, for
+            which the stream makes one.
+        start: first batch to produce (resume).
+        num_workers: worker threads.
+        prefetch: batches in flight.
+    """
+
+    def __init__(self, plan: EpochPlan, stage: SampleStage, policy: ErrorPolicy | PassPolicy,
+                 *, start: int = 0, num_workers: int = 4, prefetch: int = 2) -> None:
+        if isinstance(policy, ErrorPolicy):
+            policy = policy.for_pass()
+        self._plan = plan
+        self._acquire = stage.acquire
+        self._stats = policy.stats
+        self._next = start
+        self._end = len(plan)
+        self._prefetch = max(1, prefetch)
+        self._inflight: deque[Job] = deque()
+        self._pool: Executor | None = None
+        self._runner: _Runner | None = None
+        self._closed = False
+        self.finished = False  # True once every batch was delivered (not merely closed)
+        if self._next < self._end:
+            runner = self._runner = _Runner(plan, stage.fill, policy)
+            self._pool = Executor(num_workers, stage.info.name)
+            # Break, Ctrl-C or garbage collection: threads stop without the caller asking.
+            self._finalizer = weakref.finalize(self, _shutdown, runner, self._pool)
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> Job:
+        try:
+            return self._next_job()
+        except BaseException:
+            self.close()
+            raise
+
+    def _next_job(self) -> Job:
+        while self._next < self._end and len(self._inflight) < self._prefetch:
+            self._submit(self._next)
+            self._next += 1
+        if not self._inflight:
+            self.finished = not self._closed
+            self.close()
+            raise StopIteration
+        job = self._inflight[0]
+        started = time.perf_counter()
+        while not job.done.wait(_POLL_S):
+            if self._pool is None or not self._pool.alive():
+                raise RuntimeError("turbofeed: worker threads stopped before the batch was done")
+        self._stats.add_times(wait=time.perf_counter() - started)
+        self._inflight.popleft()
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def _submit(self, index: int) -> None:
+        positions = self._plan.batch_positions(index)
+        job = Job(index, positions, self._acquire())
+        self._inflight.append(job)
+        pool, runner = self._pool, self._runner
+        assert pool is not None and runner is not None  # made in __init__ when there was a batch to submit
+        for j in range(len(positions)):
+            pool.post(runner.run, job, j)
+
+    def close(self) -> None:
+        """Stop the workers and drop batches in flight; idempotent, never hangs."""
+        self._closed = True
+        self._next = self._end
+        self._inflight.clear()
+        if self._pool is not None:
+            self._finalizer()

@@ -1,0 +1,183 @@
+"""What a worker does for one sample: fetch -> probe -> window -> decode -> resample -> write."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, overload
+
+import numpy as np
+
+from ..decode import decode, is_jpeg, max_pixels, native, probe
+from ..errors import ImageTooLarge, SampleError
+from ..io import Dataset
+from ..transforms import Compose, resample, write_slot
+from .slots import Slot
+from .stats import Stats
+
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass
+class Decoded:
+    """One sample's pixels (HWC) before they go into a slot."""
+
+    pixels: np.ndarray
+    flip: bool
+    label: int
+
+
+class SampleWork:
+    """Loads samples of ``dataset`` for one epoch; every failure becomes a :class:`SampleError`
+    naming shard, key and stage. Thread-safe: holds no per-sample state.
+
+    The random crop and flip of a sample come from ``(seed, epoch, sample id)``, so they
+    do not depend on which thread runs it, and a resumed run sees the same pixels.
+    """
+
+    def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
+                 seed: int, epoch: int) -> None:
+        self.dataset = dataset
+        self.transform = transform
+        self.stats = stats
+        self.seed = seed
+        self.epoch = epoch
+        self.native = native.available() and transform is not None
+        if transform is not None:
+            native.log_once_if_off()  # one warning per process: why it is off, how to get it
+        # Read once, not per sample (an environment lookup costs ~0.5 us under the GIL).
+        self.max_pixels = max_pixels()
+
+    def error(self, gid: int, stage: str, exc: BaseException) -> SampleError:
+        shard, key = self.dataset.describe(gid)
+        return SampleError(shard, key, stage, str(exc) or type(exc).__name__)
+
+    @overload
+    def fetch(self, gid: int, *, view: Literal[False] = ...) -> bytes | np.ndarray: ...
+    @overload
+    def fetch(self, gid: int, *, view: bool) -> bytes | memoryview | np.ndarray: ...
+    def fetch(self, gid: int, *, view: bool = False) -> bytes | memoryview | np.ndarray:
+        """The sample's encoded bytes (or pixels); with ``view``, without a copy where the
+        source can (a memoryview of a mapped shard: for the native decoder only)."""
+        started = time.perf_counter()
+        try:
+            data = self.dataset.view(gid) if view else self.dataset.read(gid)
+        except Exception as exc:
+            raise self.error(gid, "fetch", exc) from exc
+        self.stats.add_fetch(time.perf_counter() - started, data.nbytes if isinstance(data, np.ndarray) else len(data))
+        return data
+
+    def load(self, gid: int) -> Decoded:
+        """Fetch, decode and resample one sample (no flip applied yet)."""
+        data = self.fetch(gid)
+        if self.native:
+            sample = self._native(gid, data, None, channels_first=False)
+            if sample is not None:
+                return sample
+        return self._decode(gid, data)
+
+    def _native(self, gid: int, data: bytes | memoryview | np.ndarray, out: np.ndarray | None, *,
+                channels_first: bool) -> Decoded | None:
+        """Decode only the crop window of a JPEG (or take pre-decoded uint8 pixels) and
+        resize it in one native call, into ``out`` (a slot: flipped and converted;
+        ``pixels`` is then ``out``) or, without ``out``, into a new HWC array (flip left to
+        the caller). None when the general path must do it (not a JPEG, CMYK, corrupt,
+        truncated, an array of another dtype or layout, another size than ``out``): that
+        path then decides, and names any error."""
+        transform = self.transform
+        if transform is None:  # never here: ``native`` is False without a transform
+            return None
+        if isinstance(data, np.ndarray):  # pre-decoded pixels: the same resize, no decode
+            if data.dtype != np.uint8 or data.ndim not in (2, 3) or not data.flags.c_contiguous:
+                return None
+            size = data.shape[:2]
+        elif is_jpeg(data):
+            size = None
+        else:
+            return None
+        kernel: Callable[..., None] = native.resize if size is not None else native.crop_resize
+        started = time.perf_counter()
+        try:
+            height, width = size or native.header(data)[:2]
+            window = transform.window(height, width, self.rng(gid))
+            spec = transform.output
+            if out is None:
+                out = np.empty((window.height, window.width, 3), np.uint8)
+                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels)
+            elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
+                return None
+            elif spec is None or out.dtype == np.float32:
+                kernel(data, window.box, out, flip=window.flip, channels_first=channels_first,
+                       offset=None if spec is None else spec.offset,
+                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels)
+            else:  # float16/float64: through a uint8 scratch, converted by numpy
+                pixels = native.scratch(window.height, window.width)
+                kernel(data, window.box, pixels, flip=window.flip, channels_first=False,
+                       max_pixels=self.max_pixels)
+                write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
+        except ImageTooLarge as exc:  # a bad sample: the general path would decode it all
+            raise self.error(gid, "decode.cpu", exc) from exc
+        except (NotImplementedError, ValueError):
+            return None
+        except Exception as exc:
+            raise self.error(gid, "decode.cpu", exc) from exc
+        finally:
+            self.stats.add_times(decode_cpu=time.perf_counter() - started)
+        return Decoded(out, window.flip, int(self.dataset.labels[gid]))
+
+    def _decode(self, gid: int, data: bytes | np.ndarray) -> Decoded:
+        started = time.perf_counter()
+        stage = "decode.cpu"
+        try:
+            transform = self.transform
+            window = None
+            if transform is not None:
+                info = probe(data)  # the crop window comes from the header, before decoding
+                window = transform.window(info.height, info.width, self.rng(gid))
+            image = decode(data, max_pixels=self.max_pixels)  # checks the header first
+            decoded = time.perf_counter()
+            stage = "augment"
+            flip = False
+            if window is not None and transform is not None:  # (a window means a transform)
+                if image.shape[:2] != (info.height, info.width):  # header lied; trust pixels
+                    height, width = image.shape[:2]
+                    window = transform.window(height, width, self.rng(gid))
+                image, flip = resample(image, window), window.flip
+        except SampleError:
+            raise
+        except Exception as exc:
+            raise self.error(gid, stage, exc) from exc
+        done = time.perf_counter()
+        self.stats.add_times(decode_cpu=decoded - started, augment=done - decoded)
+        return Decoded(image, flip, int(self.dataset.labels[gid]))
+
+    def rng(self, gid: int) -> random.Random:
+        # One integer holds all three (Mersenne Twister seeding hashes every bit of it).
+        return random.Random(((self.seed & _MASK64) << 128) | ((self.epoch & _MASK64) << 64) | (gid & _MASK64))
+
+    def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
+        """Load sample ``gid`` straight into ``slot.images[j]``."""
+        if self.native:
+            data = self.fetch(gid, view=True)
+            sample = self._native(gid, data, slot.images[j], channels_first=channels_first)
+            if sample is not None:
+                slot.labels[j] = sample.label
+                return
+            sample = self._decode(gid, bytes(data) if isinstance(data, memoryview) else data)
+        else:
+            sample = self.load(gid)
+        started = time.perf_counter()
+        try:
+            out = slot.images[j]
+            expected = out.shape[1:] if channels_first else out.shape[:2]
+            if sample.pixels.shape[:2] != tuple(expected):
+                raise ValueError(f"image is {sample.pixels.shape[:2]} but the batch holds "
+                                 f"{tuple(expected)}; add a crop or a fixed Resize((h, w))")
+            write_slot(sample.pixels, out, flip=sample.flip, channels_first=channels_first,
+                       output=self.transform.output if self.transform else None)
+            slot.labels[j] = sample.label
+        except Exception as exc:
+            raise self.error(gid, "collate", exc) from exc
+        self.stats.add_times(collate=time.perf_counter() - started)

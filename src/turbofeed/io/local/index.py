@@ -1,0 +1,230 @@
+"""The index of a WebDataset tar shard: member offsets read once from the headers, cached.
+
+The index is built from the 512-byte headers only (``tarfile`` seeks over payloads);
+small label members are read while indexing so labels cost no I/O later. It is cached
+as JSON under the cache directory, keyed by the shard's absolute path and checked
+against the file's identity (device, inode, size, mtime_ns, ctime_ns: see
+:class:`turbofeed.io.local.files.FileId`), so a shard replaced by rename or rewritten in
+place is indexed anew. Damage (a cut or corrupt shard, an empty one, duplicate member
+names) is recorded in the index as a :class:`TarDamage`. Local shards
+(:mod:`turbofeed.io.local.tar`) and ``s3://`` shards (:mod:`turbofeed.io.s3.shards`,
+indexed from a local copy) share this code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member, split_key
+from .files import FileId, file_id
+
+log = logging.getLogger("turbofeed")
+
+# 2: damaged headers detected; 3: keyed by file identity, duplicate member names
+# reported, JSON without a label field is an unlabelled sample
+INDEX_VERSION = 3
+_MAX_LABEL_BYTES = 64 * 1024
+#: Names of tar shards, plain or compressed (zstd is recognised only to be reported).
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
+
+
+def default_cache_dir() -> str:
+    """``$TURBOFEED_CACHE_DIR`` or ``~/.cache/turbofeed``."""
+    return os.environ.get("TURBOFEED_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "turbofeed")
+
+
+@dataclass
+class TarDamage:
+    """Why a shard is reported: damage at ``offset`` that cuts it short (members before
+    it are indexed), or, with ``cut=False``, a shard with nothing usable (empty, not a
+    tar) or one with duplicate member names."""
+
+    offset: int
+    reason: str
+    cut: bool = True
+
+    def describe(self, path: str, samples: int) -> str:
+        if self.cut:
+            return (f"{path}: truncated or corrupt at byte offset {self.offset}: {self.reason}; "
+                    f"using the {samples} samples before it")
+        return f"{path}: {self.reason}" + (f"; using its {samples} samples" if samples else "")
+
+    def as_list(self) -> list:
+        return [self.offset, self.reason, self.cut]
+
+
+def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """Read member (name, data offset, size) from the headers of the open file ``f``; stop
+    at the first damage.
+
+    The sample the damage cuts through (the cut member's, or the last one before a bad
+    header) is dropped whole: it may have lost members, such as its label.
+    """
+    members: list[tuple[str, int, int]] = []
+    damage, cut_name = None, None
+    if file_size == 0:
+        return members, TarDamage(0, "empty file (0 bytes)", cut=False)
+    try:
+        tf = tarfile.open(fileobj=f, mode="r:")
+    except tarfile.TarError as exc:
+        return members, TarDamage(0, f"not a tar file ({exc})", cut=False)
+    try:
+        for info in tf:
+            if not info.isfile():
+                continue
+            end = info.offset_data + info.size
+            if end > file_size:
+                damage = TarDamage(info.offset, f"member {info.name!r} needs bytes up to "
+                                   f"{end} but the file ends at {file_size}")
+                cut_name = info.name
+                break
+            members.append((info.name, info.offset_data, info.size))
+    except tarfile.TarError as exc:
+        damage = TarDamage(tf.offset, f"unreadable tar header ({exc})")
+    if damage is None and tf.offset < file_size:
+        # tarfile stops quietly at a corrupt or cut header; a real end is a zero block
+        f.seek(tf.offset)
+        if f.read(512).strip(b"\0"):
+            damage = TarDamage(tf.offset, "unreadable tar header (bad checksum or cut short)")
+    if damage is not None and members:
+        cut_key = split_key(cut_name or members[-1][0])[0]
+        while members and split_key(members[-1][0])[0] == cut_key:
+            members.pop()
+    elif members and tf.offset >= file_size:
+        # The file ends right after a member, without the end-of-archive blocks every tar
+        # writer adds: cut short between members, or a writer that never closed the
+        # archive. Which, no one can tell: report it and keep every member.
+        damage = TarDamage(file_size, "no end-of-archive marker after the last member (cut short "
+                           "between members, or never closed by its writer?)", cut=False)
+    return members, damage
+
+
+def _last_copies(members: list[tuple[str, int, int]]) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """Keep the last copy of each member name, as ``tar -x`` does (an appended tar adds a
+    newer copy after the old one); say how many were superseded."""
+    last = {name: i for i, (name, _, _) in enumerate(members)}
+    if len(last) == len(members):
+        return members, None
+    dropped = [m for i, m in enumerate(members) if last[m[0]] != i]
+    kept = [m for i, m in enumerate(members) if last[m[0]] == i]
+    return kept, TarDamage(dropped[0][1], f"{len(dropped)} member names appear more than once "
+                           f"(e.g. {dropped[0][0]!r}; an appended tar?): the last copy of each is used, "
+                           "as `tar -x` would", cut=False)
+
+
+def _build_index(path: str) -> dict:
+    """Index ``path`` from one open descriptor, and record that file's identity: the
+    index describes exactly the bytes it read, even if the path is replaced meanwhile."""
+    with open(path, "rb") as f:
+        identity = FileId.of(os.fstat(f.fileno()))
+        members, damage = _scan(f, identity.size)
+        index = _rows(members, damage, lambda size, offset: os.pread(f.fileno(), size, offset))
+    index.update(version=INDEX_VERSION, file=identity.as_dict())
+    return index
+
+
+def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
+          pread: Callable[[int, int], bytes]) -> dict:
+    members, duplicates = _last_copies(members)
+    damage = damage or duplicates
+    names = [m[0] for m in members]
+    rows, problems = [], []
+    for key, group in group_members(names).items():
+        image = pick_image(group)
+        if image is None:
+            problems.append((key, f"no image member (has {sorted(group)})"))
+            continue
+        label_raw = None
+        found = pick_label_member(group)
+        if found is not None:
+            ext, i = found
+            _, offset, size = members[i]
+            if size > _MAX_LABEL_BYTES:
+                problems.append((key, f"label member .{ext} is {size} bytes"))
+                continue
+            label_raw = [ext, pread(size, offset).decode("utf-8", "replace")]
+        name, offset, size = members[image]
+        rows.append([key, name, offset, size, label_raw])
+    if not rows and damage is None:
+        damage = TarDamage(0, f"no samples ({len(names)} members, none a usable image)"
+                           if names else "no members (an empty tar)", cut=False)
+    return {"rows": rows, "problems": problems, "damage": None if damage is None else damage.as_list()}
+
+
+def _cache_path(cache_dir: str, path: str) -> str:
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
+    return os.path.join(cache_dir, "tar-index", f"{digest}.json")
+
+
+def load_index(path: str, cache_dir: str | None = None) -> dict:
+    """Return the shard's index, from the cache when it was built from this very file
+    (same identity), else built and cached. ``index["file"]`` is the identity indexed."""
+    cache_dir = cache_dir or default_cache_dir()
+    return cached_index(_cache_path(cache_dir, path), {"file": file_id(path).as_dict()},
+                        lambda: _build_index(path), path)
+
+
+def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -> dict:
+    """The index stored at ``cached`` when its version and the ``key`` fields match (the
+    shard it describes is unchanged), else ``build()``, stored there for next time."""
+    try:
+        with open(cached) as f:
+            index = json.load(f)
+        if index.get("version") == INDEX_VERSION and all(index.get(k) == v for k, v in key.items()):
+            return index
+    except (OSError, ValueError):
+        pass
+    index = build()
+    try:  # a read-only or full cache dir only costs a rebuild next time
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cached), suffix=".tmp")  # unique name
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(index, f)
+            os.replace(tmp, cached)  # atomic publish: readers never see half an index
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        log.debug("turbofeed: cannot cache the index of %s: %s", what, exc)
+    return index
+
+
+def _label_of(raw: list | None) -> tuple[Label, str | None]:
+    if raw is None:
+        return None, None
+    ext, text = raw
+    try:
+        return parse_label(ext, text.encode()), None
+    except ValueError as exc:
+        return None, f"bad .{ext} label: {exc}"
+
+
+def table_from_index(index: dict) -> SampleTable:
+    """The sample table of a tar index: one row per sample with a usable label; samples
+    whose label cannot be parsed become problems (local and s3:// shards alike)."""
+    table = SampleTable(problems=[tuple(p) for p in index["problems"]])
+    offsets, sizes = [], []
+    for key, name, offset, size, label_raw in index["rows"]:
+        label, problem = _label_of(label_raw)
+        if problem is not None:
+            table.problems.append((key, problem))
+            continue
+        table.keys.append(key)
+        table.image_names.append(name)
+        table.labels.append(label)
+        offsets.append(offset)
+        sizes.append(size)
+    table.offsets = np.asarray(offsets, dtype=np.int64)
+    table.sizes = np.asarray(sizes, dtype=np.int64)
+    return table

@@ -1,0 +1,92 @@
+"""WebDataset tar shards: an index of member offsets built once (:mod:`.index`), then one
+pread (or a view of the mapped file) per sample.
+
+Compressed shards are read from a plain copy (:mod:`.compressed`). Every read checks the
+file's identity against the one indexed (:mod:`.files`), and :meth:`TarSource.changed`
+tells the dataset when to index the shard again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...errors import DatasetError
+from ..source import Source
+from .compressed import compression_of, plain_copy
+from .files import FILES, FileId, FileRef, file_id, views_enabled
+from .index import TarDamage, default_cache_dir, load_index, table_from_index
+
+log = logging.getLogger("turbofeed")
+
+
+class TarSource(Source):
+    """One WebDataset tar shard, plain or compressed (``.tar.gz``/``.tgz``, bzip2, xz: read
+    from a plain copy in the cache directory, see :mod:`turbofeed.io.local.compressed`).
+
+    Args:
+        path: the shard.
+        on_damage: ``"raise"`` to fail on a truncated, corrupt, empty or unreadable shard
+            (or one with duplicate member names) with the file and byte offset; ``"skip"``
+            to keep the samples it has and log a warning (``damage`` says why).
+        cache_dir: where the index (and a compressed shard's plain copy) is cached
+            (default :func:`default_cache_dir`).
+    """
+
+    file: FileRef  # always a local file (the Source capability, never None here)
+
+    def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None) -> None:
+        self.path = path
+        cache_dir = cache_dir or default_cache_dir()
+        identity = file_id(path)
+        try:
+            codec = compression_of(path)
+        except DatasetError as exc:  # zstd: named, and reported like any unreadable shard
+            index: dict = {"rows": [], "problems": [], "file": identity.as_dict(),
+                     "damage": TarDamage(0, str(exc).split(": ", 1)[1], cut=False).as_list()}
+            data_path = path
+        else:
+            data_path = plain_copy(path, identity, cache_dir) if codec else path
+            index = load_index(data_path, cache_dir)
+        # ``file`` is the shard the user named, ``_data`` the file read (a compressed
+        # shard's plain copy), each as it was indexed: reads check ``_data``, and a
+        # change to either re-indexes (changed())
+        self._data = FileRef(data_path, FileId(**index["file"]))
+        self.file = self._data if data_path == path else FileRef(path, identity)
+        self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
+        if self.damage is not None:
+            message = self.damage.describe(path, len(index["rows"]))
+            if on_damage == "raise":
+                raise DatasetError(message)
+            log.warning("turbofeed: %s", message)
+        self.table = table_from_index(index)
+        self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
+
+    def changed(self) -> bool:
+        """True when the shard (or its plain copy) is not the version indexed any more."""
+        return self.file.changed() or (self._data is not self.file and self._data.changed())
+
+    def read(self, i: int) -> bytes:
+        """Encoded bytes of sample ``i`` with one positional read (releases the GIL).
+
+        Raises:
+            FileChanged: the shard was replaced or rewritten since it was indexed.
+        """
+        size = int(self.table.sizes[i])
+        data = FILES.pread(self._data, size, int(self.table.offsets[i]))
+        if len(data) != size:
+            raise OSError(f"short read: {len(data)} of {size} bytes at offset "
+                          f"{int(self.table.offsets[i])} (file changed since indexing?)")
+        return data
+
+    def view(self, i: int) -> bytes | memoryview:
+        """Sample ``i`` without a copy: a view of the mapped shard (``read`` when
+        ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
+        if not self._views:
+            return self.read(i)
+        return FILES.view(self._data, int(self.table.sizes[i]), int(self.table.offsets[i]))
+
+    def close(self) -> None:
+        FILES.close(self._data)
+
+    def __repr__(self) -> str:
+        return f"TarSource({self.path!r}, samples={len(self.table)})"

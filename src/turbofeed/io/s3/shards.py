@@ -1,0 +1,332 @@
+"""``s3://`` WebDataset shards as sources: indexes, node cache and shard prefetch
+(listing: :mod:`turbofeed.io.s3.urls`).
+
+How a shard is read (``S3TarSource``):
+
+1. **Index** (at dataset construction): from the local index cache, keyed by URL +
+   ETag + size, so a second run costs one LIST and no GET. On a miss the shard is
+   downloaded once into the node cache with parallel ranged GETs and indexed there
+   with the same code as a local tar (labels included), pinned meanwhile so that no
+   eviction removes it under the indexer; the copy stays cached for the epoch. A shard
+   the cache has no room for (larger than its bound, or the room is in use) is indexed
+   from a private temporary copy (a unique name under ``s3-indexing/``, outside the
+   bounded cache, removed at once). The copy's size must be the object's, or nothing
+   is indexed or stored. Shards are indexed 8 at a time.
+2. **Samples**: from the cached copy with one ``pread`` when it is there; otherwise one
+   ranged GET of exactly the sample's bytes (from the loader's worker threads, so as
+   many in flight as there are workers), and the shard is queued for prefetch. Every
+   GET carries ``If-Match: <ETag at indexing>``, so an object replaced during training
+   fails with a clear error instead of returning bytes at the old offsets.
+3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.engine.executor.Executor`
+   per dataset, ``turbofeed-prefetch-<i>``) download whole shards into the node cache
+   in the order they are first needed (plus the next shards in dataset order), so
+   reads move from the network to the local disk early in the first epoch. Prefetch
+   is on only when the whole dataset fits in the cache bound; otherwise a shuffled
+   epoch would evict shards before their samples are read, and member GETs are cheaper.
+
+Objects that cannot be read as shards (zero bytes; compressed: no random access with
+ranged GETs) are not downloaded: their source has no samples and a ``damage`` that
+says why, so the dataset warns, lists them in ``damaged`` and raises under
+``on_damage="raise"``, as for a damaged local shard.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+import threading
+import time
+import weakref
+
+from ...engine.executor import Executor, ExecutorClosed
+from ...errors import DatasetError
+from ..local.files import FILES
+from ..local.index import TarDamage, _build_index, cached_index, default_cache_dir, table_from_index
+from ..retry import RemoteError
+from ..source import Source
+from .cache import ShardCache, object_name, remove_file
+from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
+from .errors import changed, not_found
+from .urls import COMPRESSED, shared_client, stat
+
+log = logging.getLogger("turbofeed")
+
+__all__ = ["S3Shards", "S3TarSource"]
+
+_JOIN_TIMEOUT_S = 5.0
+# Bumped when s3:// indexes built earlier must not be trusted. 2: built from a private,
+# size-checked copy (1 could read labels from another thread's copy of another shard).
+_S3_INDEX = 2
+_STALE_COPY_S = 3600.0  # a temporary index copy this old belongs to a dead process
+
+
+class S3Shards:
+    """The ``s3://`` shards of one dataset: their client, node cache, indexes and prefetch.
+
+    Invariants: at most ``config.prefetch_shards`` whole-shard downloads run at once,
+    each shard is queued for prefetch at most once, and bytes in flight are bounded by
+    the client (``max_concurrency * part_size``).
+
+    Args:
+        urls: the shard URLs, in dataset order.
+        config: the :class:`S3Config` (default: the process default).
+        cache_dir: turbofeed's cache folder (index cache and the ``s3`` object cache).
+    """
+
+    def __init__(self, urls: list[str], *, config: S3Config | None = None,
+                 cache_dir: str | None = None) -> None:
+        self.config = config or default_config()
+        cache_dir = cache_dir or default_cache_dir()
+        self.index_dir = os.path.join(cache_dir, "s3-index")
+        self.scratch = os.path.join(cache_dir, "s3-indexing")
+        self.infos: dict[str, ObjectInfo] = {}
+        try:
+            self.client = shared_client(self.config)
+            for url in urls:
+                try:
+                    self.infos[url] = stat(url, self.client)
+                except RemoteError as exc:
+                    if not_found(exc):  # deleted since it was listed
+                        raise DatasetError(f"no such object: {url}") from exc
+                    raise
+        except RemoteError as exc:
+            raise DatasetError(str(exc)) from exc
+        self.cache = ShardCache(os.path.join(cache_dir, "s3"), cache_limit(self.config),
+                                on_evict=functools.partial(_evicted, self.client.stats))
+        total = sum(i.size for i in self.infos.values())
+        self.prefetch = self.config.prefetch_shards > 0 and total <= self.cache.max_bytes
+        self.sources: list[S3TarSource] = []
+        self._order = {url: k for k, url in enumerate(urls)}
+        self._by_index: dict[int, S3TarSource] = {}
+        self._queued: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        # Its tasks hold only a weak reference: a dataset dropped without close() is
+        # collected, and the finalizer stops the downloads.
+        self._prefetcher = Executor(self.config.prefetch_shards, "prefetch") if self.prefetch else None
+        self._finalizer = weakref.finalize(self, _stop_prefetch, self._stop, self._prefetcher)
+
+    # ----- construction ------------------------------------------------------------
+    def open(self, url: str, *, on_damage: str = "skip") -> S3TarSource:
+        """Index one shard (see the module docstring) and return its source."""
+        info = self.infos[url]
+        unreadable = _unreadable(info)
+        if unreadable is not None:
+            index = {"rows": [], "problems": [], "damage": TarDamage(0, unreadable, cut=False).as_list()}
+        else:
+            try:
+                index = self._index(info)
+            except (RemoteError, OSError) as exc:
+                raise DatasetError(f"{url}: cannot index: {exc}") from exc
+        src = S3TarSource(info, index, self, on_damage=on_damage)
+        with self._lock:
+            self._by_index[self._order[url]] = src
+        return src
+
+    def _index_path(self, info: ObjectInfo) -> str:
+        return os.path.join(self.index_dir, object_name(info.url, info.etag, info.size, ".json"))
+
+    def _index(self, info: ObjectInfo) -> dict:
+        key = {"etag": info.etag, "size": info.size, "url": info.url, "s3_index": _S3_INDEX}
+        return cached_index(self._index_path(info), key, lambda: self._build(info), info.url)
+
+    def _build(self, info: ObjectInfo) -> dict:
+        """Index the node cache's copy (downloaded there first if needed), pinned while
+        it is read; without room in the cache, a private temporary copy."""
+        fd = self._cached_copy(info)
+        if fd is None:
+            index = self._build_from_temporary_copy(info)
+        else:
+            try:
+                index = _index_copy(info, fd, self.cache.path(_cache_name(info)))
+            finally:
+                os.close(fd)  # unpins it
+        index.update(etag=info.etag, size=info.size, url=info.url, s3_index=_S3_INDEX)
+        return index
+
+    def _build_from_temporary_copy(self, info: ObjectInfo) -> dict:
+        # A unique name (not one per pid and thread id: those are reused, by the next
+        # shard of the same thread, by another container's process with the same pid)
+        # and outside the bounded cache: the copy may be larger than the whole bound.
+        os.makedirs(self.scratch, exist_ok=True)
+        _remove_stale(self.scratch)
+        fd, path = tempfile.mkstemp(prefix="index-", suffix=".tar", dir=self.scratch)
+        try:
+            self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+            return _index_copy(info, fd, path)
+        finally:
+            os.close(fd)
+            remove_file(path)
+
+    def _cached_copy(self, info: ObjectInfo) -> int | None:
+        """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
+        downloaded there if needed; None when the cache has no room for it."""
+        name = _cache_name(info)
+        fd = self.cache.open(name)
+        if fd is not None:
+            return fd
+
+        def write(fd: int) -> None:
+            self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+            self.client.stats.add(shards_downloaded=1)
+        return self.cache.fill_open(name, info.size, write, self._stop)
+
+    def fetch(self, info: ObjectInfo) -> str | None:
+        """The node cache's copy of the object, downloaded if needed; None if it cannot fit.
+        Not pinned: open it at once and read through the descriptor."""
+        fd = self._cached_copy(info)
+        if fd is None:
+            return None
+        os.close(fd)
+        return self.cache.path(_cache_name(info))
+
+    # ----- prefetch ------------------------------------------------------------------
+    def want(self, src: S3TarSource) -> None:
+        """Queue ``src`` (and the shards after it) for download into the node cache."""
+        if self._prefetcher is None or self._stop.is_set():
+            return
+        k = self._order[src.path]
+        with self._lock:
+            wanted = [j for j in range(k, min(k + 1 + self.config.prefetch_shards, len(self._order)))
+                      if j not in self._queued and j in self._by_index]
+            self._queued.update(wanted)
+        for j in wanted:
+            try:
+                self._prefetcher.post(_prefetch, weakref.ref(self), j)
+            except ExecutorClosed:  # closing meanwhile
+                return
+
+    def _prefetch_one(self, k: int) -> None:
+        src = self._by_index[k]
+        if src._local is not None:
+            return
+        try:
+            src._local = self.fetch(src.info)
+        except InterruptedError:
+            raise  # closing: not a failure worth a warning
+        except (RemoteError, OSError) as exc:
+            log.warning("turbofeed: prefetch of %s failed, reading its samples directly: %s",
+                        src.path, exc)
+
+    def stats(self) -> dict:
+        return self.client.stats.as_dict()
+
+    def close(self) -> None:
+        """Stop prefetching (the client is shared and stays open); idempotent."""
+        self._finalizer()
+
+
+def _prefetch(ref: weakref.ref, k: int) -> None:
+    """Download shard ``k`` of the shards ``ref`` points to, unless they are gone."""
+    shards = ref()
+    if shards is None or shards._stop.is_set():
+        return
+    try:
+        shards._prefetch_one(k)
+    except InterruptedError:
+        pass  # closing
+    finally:
+        del shards  # the last reference may go here: the finalizer handles that
+
+
+def _cache_name(info: ObjectInfo) -> str:
+    return object_name(info.url, info.etag, info.size, ".tar")
+
+
+def _unreadable(info: ObjectInfo) -> str | None:
+    """Why an object named as a shard is not read at all, or None."""
+    if info.url.endswith(COMPRESSED):
+        return ("compressed tar, not read from s3:// (no random access into it with ranged "
+                "GETs): decompress it once (e.g. `gunzip`) and upload the plain .tar")
+    if info.size == 0:
+        return "empty object (0 bytes)"
+    return None
+
+
+def _index_copy(info: ObjectInfo, fd: int, path: str) -> dict:
+    """The tar index of ``path`` (open as ``fd``), a local copy of ``info``'s object."""
+    size = os.fstat(fd).st_size
+    if size != info.size:  # never index, nor store an index of, bytes of another file
+        raise OSError(f"the local copy {path} holds {size} bytes, the object {info.size}")
+    return _build_index(path)
+
+
+def _evicted(stats: S3Stats, path: str) -> None:
+    FILES.close(path)  # this process's descriptor would hold the evicted file's disk space
+    stats.add(evictions=1)
+
+
+
+def _remove_stale(folder: str) -> None:
+    """Remove temporary copies left by dead processes (live ones write theirs now)."""
+    now = time.time()
+    for entry in os.scandir(folder):
+        try:
+            if now - entry.stat().st_mtime > _STALE_COPY_S:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+
+
+def _stop_prefetch(stop: threading.Event, prefetcher: Executor | None) -> None:
+    stop.set()  # downloads in progress stop at their next part
+    if prefetcher is not None:
+        prefetcher.close(_JOIN_TIMEOUT_S)  # drops the queue; warns naming a thread still running
+
+
+class S3TarSource(Source):
+    """One ``s3://`` WebDataset shard: the :class:`~turbofeed.io.Source` interface.
+
+    ``read(i)`` serves sample ``i`` from the node cache's copy when present, else with one
+    ranged GET (retried per the client's policy). Thread-safe.
+    """
+
+    def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip") -> None:
+        self.path = info.url
+        self.info = info
+        self._shards = shards
+        self._name = _cache_name(info)
+        self._local: str | None = shards.cache.lookup(self._name)
+        self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
+        if self.damage is not None:
+            message = self.damage.describe(self.path, len(index["rows"]))
+            if on_damage == "raise":
+                raise DatasetError(message)
+            log.warning("turbofeed: %s", message)
+        self.table = table_from_index(index)
+
+    def read(self, i: int) -> bytes:
+        size, offset = int(self.table.sizes[i]), int(self.table.offsets[i])
+        stats = self._shards.client.stats
+        local = self._local or self._shards.cache.lookup(self._name)
+        if local is not None:
+            try:
+                data = FILES.pread(local, size, offset)
+                if len(data) == size:
+                    self._local = local
+                    self._shards.cache.touch(self._name)
+                    stats.add(cache_hits=1)
+                    return data
+            except FileNotFoundError:
+                pass
+            self._local = None  # evicted by another process: back to the network
+        self._shards.want(self)
+        stats.add(cache_misses=1)
+        try:
+            return bytes(self._shards.client.get_range(self.path, offset, offset + size,
+                                                       etag=self.info.etag))
+        except RemoteError as exc:
+            if changed(exc) or not_found(exc):
+                what = "replaced" if changed(exc) else "deleted"
+                raise RemoteError(f"{self.path}: {what} since it was indexed (ETag {self.info.etag}); "
+                                  "build the dataset again to read the new version") from exc
+            raise
+
+    def close(self) -> None:
+        if self._local is not None:
+            FILES.close(self._local)
+
+    def __repr__(self) -> str:
+        return f"S3TarSource({self.path!r}, samples={len(self.table)})"
