@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
+from .counters import Counters
 from .timeline import Timeline
 
 STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")
+COUNTS = ("samples", "batches", "errors", "replaced", "skipped", "bytes_read")
 
 
-@dataclass
 class Stats:
     """What happened so far (since the loader was built).
 
@@ -35,19 +35,38 @@ class Stats:
             before iterating.
     """
 
-    samples: int = 0
-    batches: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    replaced: int = 0
-    skipped: int = 0
-    skipped_at_index: int = 0
-    bytes_read: int = 0
-    damaged_shards: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
-    timeline: Timeline | None = field(default=None, repr=False, compare=False)
+    def __init__(self) -> None:
+        self._counts = Counters(*COUNTS)  # errors: counted by stage (the reason)
+        self._lock = threading.Lock()  # the stage seconds
+        self.skipped_at_index = 0
+        self.damaged_shards: list[str] = []
+        self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self.timeline: Timeline | None = None
 
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+    @property
+    def samples(self) -> int:
+        return self._counts.get("samples")
+
+    @property
+    def batches(self) -> int:
+        return self._counts.get("batches")
+
+    @property
+    def replaced(self) -> int:
+        return self._counts.get("replaced")
+
+    @property
+    def skipped(self) -> int:
+        return self._counts.get("skipped")
+
+    @property
+    def bytes_read(self) -> int:
+        return self._counts.get("bytes_read")
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Distinct bad samples per stage (a copy)."""
+        return self._counts.reasons("errors")
 
     def add_times(self, **seconds: float) -> None:
         """Add stage times that just ended, in the order they ran (``decode_cpu=``, ``augment=``)."""
@@ -62,26 +81,33 @@ class Stats:
             self.timeline.ending_now({"fetch": seconds})
         with self._lock:
             self.seconds["fetch"] += seconds
-            self.bytes_read += nbytes
+        self._counts.add("bytes_read", nbytes)
 
     def count(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + n)
+        """Add ``n`` to the count ``name`` (``samples``, ``batches``, ``replaced``, ``skipped``)."""
+        self._counts.add(name, n)
 
     def count_error(self, stage: str) -> None:
-        with self._lock:
-            self.errors[stage] = self.errors.get(stage, 0) + 1
+        self._counts.add("errors", reason=stage)
 
     def as_dict(self) -> dict:
         """A JSON-safe copy."""
+        counts = self._counts.as_dict(errors="errors")
         with self._lock:
-            return {
-                "samples": self.samples, "batches": self.batches, "errors": dict(self.errors),
-                "replaced": self.replaced, "skipped": self.skipped,
-                "skipped_at_index": self.skipped_at_index, "bytes_read": self.bytes_read,
-                "damaged_shards": list(self.damaged_shards),
-                "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
-            }
+            seconds = {k: round(v, 6) for k, v in self.seconds.items()}
+        return {
+            "samples": counts["samples"], "batches": counts["batches"], "errors": counts["errors"],
+            "replaced": counts["replaced"], "skipped": counts["skipped"],
+            "skipped_at_index": self.skipped_at_index, "bytes_read": counts["bytes_read"],
+            "damaged_shards": list(self.damaged_shards), "seconds": seconds,
+        }
+
+    def __repr__(self) -> str:
+        counts = self._counts.as_dict(errors="errors")
+        return (f"Stats(samples={counts['samples']}, batches={counts['batches']}, errors={counts['errors']}, "
+                f"replaced={counts['replaced']}, skipped={counts['skipped']}, "
+                f"skipped_at_index={self.skipped_at_index}, bytes_read={counts['bytes_read']}, "
+                f"damaged_shards={self.damaged_shards})")
 
     def profile(self) -> str:
         """One line per stage that ran: seconds and share of the total, biggest first.

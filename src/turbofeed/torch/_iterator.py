@@ -11,7 +11,6 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from ..engine.choose import decode_stage
