@@ -19,7 +19,7 @@ from ..plan import EpochPlan
 from ..transforms import Compose
 from .policy import ErrorPolicy, PassPolicy
 from .slots import SlotPool
-from .stages import DecodeStage, FetchOnly, FusedCpuDecode, PerSampleCpuDecode
+from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
 from .stats import Stats
 from .work import Decoded, SampleWork
 
@@ -91,7 +91,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     """
     transform: Compose | None = work.transform
     if fetch_only is not None:
-        return FetchOnly(work, batch_size, fetch_only)
+        return fetch_stage(work, batch_size, fetch_only)
     if decoder is not None:
         from .decode_gpu import GpuDecode
 
@@ -110,4 +110,4 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         dtype = np.dtype(np.uint8) if spec is None else spec.dtype
         return FusedCpuDecode(work, pool(dtype, channels_last), channels_first=not channels_last)
     assert shape is not None  # a per-sample decode says what each sample becomes
-    return PerSampleCpuDecode(work, batch_size, shape)
+    return per_sample_cpu(work, batch_size, shape)

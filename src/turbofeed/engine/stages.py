@@ -119,22 +119,20 @@ class FusedCpuDecode:
         pass
 
 
-class PerSampleCpuDecode:
-    """decode.cpu for outputs of varying size (or none): each worker loads a sample and
-    ``shape(gid, decoded)`` makes the per-sample result the front-end hands out."""
+class PerSample:
+    """A decode stage whose result is one object per sample, made by ``make(id)`` on the
+    worker threads (outputs of varying size, Pipeline samples, undecoded bytes)."""
 
-    info = StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment"))
-
-    def __init__(self, work: SampleWork, batch_size: int, shape: Callable[[int, Decoded], Any]) -> None:
-        self.work = work
+    def __init__(self, info: StageInfo, batch_size: int, make: Callable[[int], Any]) -> None:
+        self.info = info
         self.batch_size = batch_size
-        self.shape = shape
+        self.make = make
 
     def acquire(self) -> list[Any]:
         return [None] * self.batch_size
 
     def fill(self, gid: int, buffer: list[Any], j: int) -> None:
-        buffer[j] = self.shape(gid, self.work.load(gid))
+        buffer[j] = self.make(gid)
 
     def finish(self, job: Job) -> list[Any]:
         """The results of the positions that hold a sample, in order."""
@@ -144,27 +142,15 @@ class PerSampleCpuDecode:
         pass
 
 
-class FetchOnly:
-    """The fetch stage alone (no decode): ``shape(gid, data)`` per sample."""
+def per_sample_cpu(work: SampleWork, batch_size: int, shape: Callable[[int, Decoded], Any]) -> PerSample:
+    """decode.cpu for outputs of varying size (or none): ``shape(id, decoded)`` per sample."""
+    return PerSample(StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment")), batch_size,
+                     lambda gid: shape(gid, work.load(gid)))
 
-    info = StageInfo("fetch", "sample", ("fetch",))
 
-    def __init__(self, work: SampleWork, batch_size: int, shape: Callable[[int, Any], Any]) -> None:
-        self.work = work
-        self.batch_size = batch_size
-        self.shape = shape
-
-    def acquire(self) -> list[Any]:
-        return [None] * self.batch_size
-
-    def fill(self, gid: int, buffer: list[Any], j: int) -> None:
-        buffer[j] = self.shape(gid, self.work.fetch(gid))
-
-    def finish(self, job: Job) -> list[Any]:
-        return [job.slot[i] for i in np.flatnonzero(job.ok)]
-
-    def close(self) -> None:
-        pass
+def fetch_only(work: SampleWork, batch_size: int, shape: Callable[[int, Any], Any]) -> PerSample:
+    """The fetch stage alone (no decode): ``shape(id, data)`` per sample."""
+    return PerSample(StageInfo("fetch", "sample", ("fetch",)), batch_size, lambda gid: shape(gid, work.fetch(gid)))
 
 
 def chw_with_label(gid: int, sample: Decoded) -> tuple[np.ndarray, int]:
