@@ -208,7 +208,7 @@ def test_slots_are_reused_when_batches_are_dropped(shards):
                                   transform=T.imagenet_eval(32))
     for _ in loader:
         pass
-    (pool,) = loader._pools.values()
+    (pool,) = loader._slot_pool.pools.values()
     assert pool.allocated <= 2 + 2  # prefetch + the one in the caller's hands + one returning
 
 

@@ -53,7 +53,7 @@ def test_kept_batches_never_change_and_slots_are_reused_when_dropped(shards):
     for x, _ in loader:  # a second epoch while the first one's batches are all kept
         pass
     assert all(torch.equal(a, b) for a, b in zip(kept, copies))
-    (pool,) = loader._pools.values()
+    (pool,) = loader._slot_pool.pools.values()
     grown = pool.allocated
     assert grown >= len(kept)
     del kept, x

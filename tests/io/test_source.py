@@ -29,6 +29,8 @@ def test_a_source_with_only_the_required_members_gets_every_capability():
     assert src.view(1) == b"b"  # read() when no view is declared
     assert src.damage is None and src.file is None and src.classes is None
     assert src.changed() is False and src.io_stats() == {}
+    assert src.member_exts(0) == ("jpg",) and src.read_member(0, "jpg") == b"a"  # the image alone
+    assert src.read_member(0, "txt") is None and not src.table.has_members
 
 
 def test_built_in_sources_declare_their_capabilities(shard_paths, image_folder, fixed_images, tmp_path):
@@ -41,6 +43,8 @@ def test_built_in_sources_declare_their_capabilities(shard_paths, image_folder, 
     np.save(path, fixed_images["pixels"])
     npy = NpySource(str(path))
     assert npy.file is not None and not npy.changed() and npy.io_stats() == {"read_mode": "mmap"}
+    assert npy.member_exts(0) == ("",) and np.array_equal(npy.read_member(0, ""), npy.read(0))  # rows: pixels
+    assert tar.member_exts(0) == ("jpg", "cls") and tar.read_member(0, "jpg") == tar.read(0)
     np.save(path, fixed_images["pixels"][:2])  # a new file at the same path
     assert npy.changed()
 

@@ -125,14 +125,19 @@ def test_output_op_only_last():
         Compose([ToDtype(), RandomHorizontalFlip()])
 
 
-def test_foreign_ops_are_refused():
+def test_callables_follow_the_fused_ops_and_other_objects_are_refused():
     class TorchvisionLike:
         def __call__(self, img):
             return img
 
     for op in (TorchvisionLike(), lambda img: img):
-        with pytest.raises(TypeError, match="not a turbofeed transform"):
-            Compose([Resize(256), op])
+        composed = Compose([Resize(256), CenterCrop(224), op, Normalize()])
+        assert composed.callables[0] is op and isinstance(composed.callables[1], Normalize)
+        assert composed.size is None and composed.fused_size == (224, 224) and composed.output is None
+    with pytest.raises(TypeError, match="not a turbofeed transform nor a callable"):
+        Compose([Resize(256), "flip"])
+    with pytest.raises(ValueError, match="must come first"):
+        Compose([Resize(256), lambda img: img, CenterCrop(224)])
 
 
 @pytest.mark.parametrize("ops,size", [

@@ -2,8 +2,9 @@
 
 from ..errors import ImageTooLarge
 from .cpu import decode, decode_jpeg, decode_pillow
+from .fields import FIELD_TYPES, FieldError, decode_field, decode_mask
 from .limits import check_pixels, max_pixels
 from .probe import ImageInfo, is_jpeg, probe
 
-__all__ = ["ImageInfo", "ImageTooLarge", "check_pixels", "decode", "decode_jpeg", "decode_pillow",
-           "is_jpeg", "max_pixels", "probe"]
+__all__ = ["FIELD_TYPES", "FieldError", "ImageInfo", "ImageTooLarge", "check_pixels", "decode", "decode_field",
+           "decode_jpeg", "decode_mask", "decode_pillow", "is_jpeg", "max_pixels", "probe"]

@@ -8,7 +8,7 @@ place that maps options to a decode stage is :func:`decode_stage`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,10 +78,13 @@ def open_gpu_decoder(gpu_decode: bool | Any, device: Any, stats: Stats, *, unusa
 def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch_size: int,
                  decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
-                 fetch_only: Callable[[int, Any], Any] | None = None) -> DecodeStage:
+                 fetch_only: Callable[[int, Any], Any] | None = None,
+                 callables: Sequence[Callable[[Any], Any]] = ()) -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
+    - ``callables`` (the user's, after the fused ops; ``work`` has the fused part): the
+      fused decode, then the callables, per sample (``(tensor, label)``);
     - ``decoder`` (and ``hybrid``, a :class:`~turbofeed.engine.hybrid.HybridSplit`): the
       GPU, or split between GPU and CPU threads; batches stacked when ``pool`` is given,
       else per sample;
@@ -92,6 +95,10 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     transform: Compose | None = work.transform
     if fetch_only is not None:
         return fetch_stage(work, batch_size, fetch_only)
+    if callables:
+        from .augment import augment_stage  # imports torch
+
+        return augment_stage(work, batch_size, callables)
     if decoder is not None:
         from .decode_gpu import GpuDecode
 

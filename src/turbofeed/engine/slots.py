@@ -100,6 +100,36 @@ class SlotPool:
             return len(self._free)
 
 
+class SlotPools:
+    """The batch slots of one loader, one pool per (layout, dtype), kept across passes.
+
+    Args:
+        batch_size: rows per slot.
+        size: (height, width) of every image.
+        pinned: page-locked host memory (fast async copies to the GPU).
+        capacity: free slots each pool keeps.
+    """
+
+    def __init__(self, batch_size: int, size: tuple[int, int], *, pinned: bool, capacity: int) -> None:
+        self.batch_size = batch_size
+        self.size = size
+        self.pinned = pinned
+        self.capacity = capacity
+        self.pools: dict[tuple, SlotPool] = {}
+
+    def __call__(self, dtype: np.dtype, channels_last: bool) -> SlotPool:
+        """The pool of slots holding ``(batch, H, W, 3)`` (``channels_last``) or
+        ``(batch, 3, H, W)`` images of ``dtype``."""
+        h, w = self.size
+        shape = (self.batch_size, h, w, 3) if channels_last else (self.batch_size, 3, h, w)
+        key = (shape, np.dtype(dtype).name)
+        if key not in self.pools:
+            def make() -> tuple[np.ndarray, np.ndarray]:
+                return make_array(shape, dtype, self.pinned), np.empty(self.batch_size, dtype=np.int64)
+            self.pools[key] = SlotPool(make, self.capacity)
+        return self.pools[key]
+
+
 def make_array(shape: tuple[int, ...], dtype: np.dtype, pin: bool) -> np.ndarray:
     """A host array, in page-locked (pinned) memory when ``pin`` and CUDA are available,
     so host-to-device copies run asynchronously."""

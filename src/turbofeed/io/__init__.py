@@ -21,10 +21,10 @@ from .paths import PathSpec, expand_braces
 from .registry import FORMATS, resolve
 from .s3.config import S3Config
 from .source import Source
-from .table import SampleTable, parse_label, split_key
+from .table import SampleTable, parse_label, pick_member, split_key
 
 __all__ = [
     "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",
     "PathSpec", "S3Config", "SampleTable", "Source", "TarSource", "ZarrSource", "default_cache_dir",
-    "expand_braces", "load_index", "parse_label", "resolve", "split_key",
+    "expand_braces", "load_index", "parse_label", "pick_member", "resolve", "split_key",
 ]

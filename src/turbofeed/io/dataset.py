@@ -136,6 +136,18 @@ class Dataset:
         source, i = self.locate(gid)
         return source.view(i)
 
+    def read_member(self, gid: int, ext: str) -> bytes | np.ndarray | None:
+        """The member of sample ``gid`` with extension ``ext`` (``"txt"``, ``"json"``,
+        ``"seg.png"``), or None when it has none (see :meth:`Source.read_member`)."""
+        source, i = self.locate(gid)
+        return source.read_member(i, ext)
+
+    def member_exts(self, gid: int) -> tuple[str, ...]:
+        """Extensions of sample ``gid``'s members, in storage order; pick a field's with
+        :func:`turbofeed.io.pick_member`."""
+        source, i = self.locate(gid)
+        return source.member_exts(i)
+
     def describe(self, gid: int) -> tuple[str, str]:
         """(source path, sample key) of ``gid``, for messages."""
         source, i = self.locate(gid)

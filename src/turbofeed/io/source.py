@@ -4,17 +4,28 @@ Required of a source: ``path``, ``table``, ``read(i)`` and ``close()``. Optional
 capabilities are declared here, with the defaults a source gets when it does not have
 them, so that the dataset reads them directly and never probes with ``getattr``:
 
-============  ============================  ==========================================
-capability    default                       overridden by
-============  ============================  ==========================================
-``view(i)``   ``read(i)``                   tar shards (a view of the mapped file)
-``damage``    None (nothing to report)      tar shards, local and ``s3://``
-``file``      None (no local file)          tar shards, HDF5, ``.npy``, Parquet files
-``changed()`` ``file`` is not the version   tar shards (the shard or its plain copy)
-              indexed any more
-``classes``   None (labels are raw values)  ImageFolder trees (labels are ids into it)
-``io_stats``  ``{}``                        array and table sources (how they read)
-============  ============================  ==========================================
+===================  ============================  ==========================================
+capability           default                       overridden by
+===================  ============================  ==========================================
+``view(i)``          ``read(i)``                   tar shards (a view of the mapped file)
+``read_member(i,     the image only: the image's   tar shards, local and ``s3://`` (every
+ext)``               extension -> ``read(i)``,     member of the sample, from the ``member_*``
+                     any other -> None             arrays of ``table``)
+``member_exts(i)``   the image's extension alone   tar shards, local and ``s3://``
+``damage``           None (nothing to report)      tar shards, local and ``s3://``
+``file``             None (no local file)          tar shards, HDF5, ``.npy``, Parquet files
+``changed()``        ``file`` is not the version   tar shards (the shard or its plain copy)
+                     indexed any more
+``classes``          None (labels are raw values)  ImageFolder trees (labels are ids into it)
+``io_stats``         ``{}``                        array and table sources (how they read)
+===================  ============================  ==========================================
+
+Members: a WebDataset sample is every member sharing its key (``a.jpg``, ``a.txt``,
+``a.seg.png``); ``ext`` is the rest of the name as :func:`~turbofeed.io.split_key`
+gives it (``"jpg"``, ``"txt"``, ``"seg.png"``). A source whose ``table`` records no
+members (``table.has_members`` False: image folders, HDF5, Zarr, .npy, Parquet) has one,
+the image, whose extension is that of its ``image_names`` entry (``"jpeg"`` for
+``cat/1.JPEG``; ``""`` for an array row such as ``images[3]``, whose ``read`` gives pixels).
 
 Built-in sources subclass :class:`Source` to inherit these defaults; adding a source is
 one such class plus one entry in :mod:`turbofeed.io.registry`.
@@ -27,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .local.files import FileRef
-from .table import SampleTable
+from .table import SampleTable, split_key
 
 
 class Damage(Protocol):
@@ -76,6 +87,16 @@ class Source(Protocol):
         """Sample ``i`` like :meth:`read`, without a copy where the source can (valid as
         long as it is referenced). Default: :meth:`read`."""
         return self.read(i)
+
+    def read_member(self, i: int, ext: str) -> bytes | np.ndarray | None:
+        """The member of sample ``i`` with extension ``ext`` (``"jpg"``, ``"txt"``,
+        ``"seg.png"``), or None when the sample has none; thread-safe like :meth:`read`.
+        Default: the image is the only member (``read(i)`` for its extension)."""
+        return self.read(i) if ext == split_key(self.table.image_names[i])[1] else None
+
+    def member_exts(self, i: int) -> tuple[str, ...]:
+        """Extensions of sample ``i``'s members, in storage order. Default: the image's."""
+        return (split_key(self.table.image_names[i])[1],)
 
     def changed(self) -> bool:
         """True when the data on disk is not the version indexed any more (replaced,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,26 @@ def split_key(name: str) -> tuple[str, str]:
     if dot < 0:
         return name, ""
     return name[:dot], name[dot + 1:].lower()
+
+
+def pick_member(exts_present: Collection[str], spec: str | Sequence[str]) -> str | None:
+    """The extension a field spec picks among the members a sample has, or None.
+
+    ``spec`` lists extensions separated by ``;`` (or as a sequence), compared the way
+    :func:`split_key` gives them (lower case, no leading dot); the first one listed
+    that the sample has wins, whatever the order of ``exts_present``::
+
+        pick_member(("png", "jpg", "txt"), "jpg;png;webp") -> "jpg"
+        pick_member(("webp", "txt"), "jpg;png;webp")       -> "webp"
+        pick_member(("txt",), "jpg;png")                   -> None
+        pick_member(("jpg", "seg.png"), "seg.png")         -> "seg.png"
+    """
+    wanted = spec.split(";") if isinstance(spec, str) else spec
+    for ext in wanted:
+        ext = ext.strip().lower()
+        if ext in exts_present:
+            return ext
+    return None
 
 
 def parse_label(ext: str, payload: bytes) -> Label:
@@ -60,9 +81,30 @@ def parse_label(ext: str, payload: bytes) -> Label:
         return text  # a .txt class name
 
 
+def _int64s() -> np.ndarray:
+    return np.zeros(0, np.int64)
+
+
 @dataclass
 class SampleTable:
     """Samples of one source, in storage order.
+
+    Every member of a sample (tar shards: image, caption, metadata, mask ...) is one row
+    of the ``member_*`` arrays, the rows of sample ``i`` being
+    ``member_start[i]:member_start[i + 1]``, in storage order; no Python object per
+    sample or member (17 to 20 bytes per member, plus 8 per sample)::
+
+        sample   member_start   member_ext -> member_exts   member_offset  member_size
+        0        0              0 "jpg"                     1536           8811
+                                1 "txt"                     10752          41
+                                2 "json"                    11776          230
+        1        3              0 "jpg"                     12800          9120
+                                2 "json"                    22528          198
+        (end)    5
+
+    A table without members (image folders, HDF5, Zarr, .npy, Parquet: a sample is its
+    image only) has empty ``member_*`` arrays (``has_members`` is False); its source's
+    default ``read_member`` serves the image alone (see :mod:`turbofeed.io.source`).
 
     Attributes:
         keys: sample key per sample.
@@ -71,17 +113,74 @@ class SampleTable:
         sizes: int64 payload size in bytes (-1 when unknown until read).
         labels: raw label per sample: int, class name, or None.
         problems: (key, reason) for samples dropped while indexing (no image, bad label).
+        member_start: int64, ``len(self) + 1`` (empty without members).
+        member_ext: per member, its extension's position in ``member_exts`` (the
+            smallest unsigned dtype that holds them: uint8 up to 256 extensions).
+        member_exts: the table's distinct member extensions, as :func:`split_key`
+            gives them (``jpg``, ``txt``, ``seg.png``), in order of first appearance.
+        member_offset: int64 byte offset of each member's payload.
+        member_size: int64 payload size of each member in bytes.
     """
 
     keys: list[str] = field(default_factory=list)
     image_names: list[str] = field(default_factory=list)
-    offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    offsets: np.ndarray = field(default_factory=_int64s)
+    sizes: np.ndarray = field(default_factory=_int64s)
     labels: list[Label] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    member_start: np.ndarray = field(default_factory=_int64s)
+    member_ext: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    member_exts: tuple[str, ...] = ()
+    member_offset: np.ndarray = field(default_factory=_int64s)
+    member_size: np.ndarray = field(default_factory=_int64s)
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @property
+    def has_members(self) -> bool:
+        """True when the table records every member of each sample (tar shards)."""
+        return len(self.member_start) == len(self.keys) + 1
+
+    def set_members(self, members: Iterable[Iterable[tuple[str, int, int]]]) -> None:
+        """Fill the ``member_*`` arrays from ``(ext, offset, size)`` per member, one
+        iterable per sample, in sample order."""
+        ids: dict[str, int] = {}
+        start, ext, offset, size = [0], [], [], []
+        for sample in members:
+            for e, o, s in sample:
+                ext.append(ids.setdefault(e, len(ids)))
+                offset.append(o)
+                size.append(s)
+            start.append(len(ext))
+        if len(start) != len(self.keys) + 1:
+            raise ValueError(f"members for {len(start) - 1} samples, the table has {len(self.keys)}")
+        self.member_start = np.asarray(start, dtype=np.int64)
+        self.member_ext = np.asarray(ext, dtype=np.min_scalar_type(max(len(ids) - 1, 0)))
+        self.member_exts = tuple(ids)
+        self.member_offset = np.asarray(offset, dtype=np.int64)
+        self.member_size = np.asarray(size, dtype=np.int64)
+
+    def exts_of(self, i: int) -> tuple[str, ...]:
+        """Extensions of sample ``i``'s members, in storage order (() without members)."""
+        if not self.has_members:
+            return ()
+        rows = self.member_ext[self.member_start[i]:self.member_start[i + 1]].tolist()
+        return tuple(self.member_exts[j] for j in rows)
+
+    def find_member(self, i: int, ext: str) -> tuple[int, int] | None:
+        """(offset, size) of sample ``i``'s member with extension ``ext``, or None when
+        it has none (or the table records no members)."""
+        try:
+            wanted = self.member_exts.index(ext)
+        except ValueError:
+            return None
+        first = int(self.member_start[i])
+        rows = self.member_ext[first:int(self.member_start[i + 1])].tolist()
+        if wanted not in rows:
+            return None
+        row = first + rows.index(wanted)
+        return int(self.member_offset[row]), int(self.member_size[row])
 
 
 def group_members(names: list[str]) -> dict[str, dict[str, int]]:

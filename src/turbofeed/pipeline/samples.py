@@ -134,6 +134,11 @@ class Pipeline:
                                    format_options=format_options, s3=s3, classes=classes)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
+        if self.transform is not None and self.transform.callables:
+            raise ValueError(f"Pipeline transforms are turbofeed's own ops only; "
+                             f"{self.transform.callables[0]!r} is a callable: apply it to "
+                             "sample.get_image(), or use turbofeed.DataLoader, which runs callables "
+                             "in its worker threads")
         self.num_workers = num_workers
         self.decode_jpeg = decode_jpeg
         self.shuffle = shuffle

@@ -64,20 +64,26 @@ class _LoaderIterator:
                                world_size=loader.world_size, drop_last=loader.drop_last, start=start)
         self.batches = len(plan)
         policy = loader._policy.for_pass()  # shared by this pass's threads and batch stages
+        callables = transform.callables if transform is not None else []
+        if callables:  # the workers decode the fused part; the callables run after it
+            worker_transform = transform.fused() if transform is not None else None
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch)
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
-                              shape=chw_with_label)
+                              shape=chw_with_label, callables=callables)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
         self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None, self.device_output,
                                None if spec is None or spec.torch_dtype == spec.dtype.name
-                               else getattr(torch, spec.torch_dtype), loader.channels_last)
-        deliver = BatchStage(StageInfo("deliver", "batch", ("samples", "batches")),
-                             self.deliver if gpu_decoder is None else _on_device)
-        self.engine = Engine(plan, decode, policy, then=[deliver], num_workers=loader.num_threads,
+                               else getattr(torch, spec.torch_dtype), loader.channels_last,
+                               stack=bool(callables), device=loader.device)
+        then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")),
+                           self.deliver if gpu_decoder is None else _on_device)]
+        if loader.batch_transform is not None:
+            then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
+        self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
                              prefetch=loader.prefetch)
 
     def __iter__(self) -> "_LoaderIterator":
@@ -153,19 +159,30 @@ class Deliver:
         output: normalisation done at delivery (on the GPU), or None.
         host_cast: a torch dtype the host batch is cast to (bfloat16), or None.
         channels_last: slots hold NHWC rows.
+        stack: per-sample outputs (user callables) that agree in shape and dtype are
+            stacked into one batch tensor (on ``device`` when given); else a list.
     """
 
-    def __init__(self, cuda: CudaDelivery | None, output: Any, host_cast: Any, channels_last: bool) -> None:
+    def __init__(self, cuda: CudaDelivery | None, output: Any, host_cast: Any, channels_last: bool, *,
+                 stack: bool = False, device: Any = None) -> None:
         self.cuda = cuda
+        self.stack = stack
+        self.device = device
         self.output = output
         self.host_cast = host_cast
         self.channels_last = channels_last
         self._held: tuple[Slot, Any] | None = None  # slot whose async copy may still run
 
     def __call__(self, job: Job, value: HostBatch | list) -> tuple[Any, Any]:
-        if isinstance(value, list):  # per-sample outputs of varying size
-            return ([torch.from_numpy(img) for img, _ in value],
-                    torch.tensor([label for _, label in value], dtype=torch.int64))
+        if isinstance(value, list):  # per-sample outputs (of varying size, or of user callables)
+            items = [torch.as_tensor(img) for img, _ in value]
+            labels = torch.tensor([label for _, label in value], dtype=torch.int64)
+            if self.stack and items and all(i.shape == items[0].shape and i.dtype == items[0].dtype for i in items):
+                stacked = torch.stack(items)
+                if self.device is not None:
+                    return stacked.to(self.device), labels.to(self.device)
+                return stacked, labels
+            return items, labels
         slot, n = value.slot, len(value.labels)
         assert slot is not None  # fixed-size batches are slots of the pool
         labels = torch.from_numpy(value.labels)
@@ -192,3 +209,18 @@ class Deliver:
             assert slot.pool is not None  # only slots of a pool are held
             slot.pool.release(slot)
             self._held = None
+
+
+class _BatchTransform:
+    """The user's ``batch_transform(images, labels)`` on each delivered batch (on its
+    device); it returns ``(images, labels)``, or the images alone (labels unchanged)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __call__(self, job: Job, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        images, labels = value
+        out = self.fn(images, labels)
+        if isinstance(out, tuple) and len(out) == 2:
+            return out
+        return out, labels

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 import threading
 import weakref
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
-from ..engine.slots import SlotPool, make_array
+from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
 from ..transforms import Compose
@@ -34,10 +34,14 @@ class DataLoader(TorchDropIn):
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
         seed: the seed of the order and of the random augmentations.
         drop_last: drop the last partial batch (and, distributed, the uneven tail).
-        transform: a :class:`turbofeed.transforms.Compose` (or a list of its ops). With
-            a fixed output size, images come as one ``(N, 3, H, W)`` tensor, uint8 unless
-            the transform ends with ``Normalize``/``ToDtype``; without one, as a list of
-            ``(3, H, W)`` uint8 tensors.
+        transform: a :class:`turbofeed.transforms.Compose` (or a list of ops, or one
+            callable). With a fixed output size, images come as one ``(N, 3, H, W)``
+            tensor, uint8 unless the transform ends with ``Normalize``/``ToDtype``;
+            without one, as a list of ``(3, H, W)`` uint8 tensors. Callables of your own
+            after turbofeed's ops (torchvision v2 transforms, functions of a (3, H, W)
+            tensor) run per sample in the worker threads on the fused decode's output;
+            a batch whose outputs agree in shape and dtype is stacked, else a list. A
+            callable that raises makes a bad sample (``on_error``; stage ``augment``).
         enable_distributed: split the data across ranks; rank and world size come from
             ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
             MPI variables.
@@ -76,6 +80,10 @@ class DataLoader(TorchDropIn):
             loader, whichever names its data holds (train and val agree). Without it, ids
             follow the sorted names found, with a warning. See :mod:`turbofeed.io.labels`.
 
+        batch_transform: ``fn(images, labels)`` run once per delivered batch, on its
+            device (Mixup/CutMix, GPU augmentations); returns ``(images, labels)`` or the
+            images alone.
+
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
     ``num_workers`` (0 processes; threads: ``num_threads``)...: :class:`~turbofeed.torch._compat.TorchDropIn`.
@@ -97,15 +105,17 @@ class DataLoader(TorchDropIn):
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
-                 hybrid: bool = False, classes: list[str] | None = None) -> None:
+                 hybrid: bool = False, classes: list[str] | None = None,
+                 batch_transform: Callable[[Any, Any], Any] | None = None) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
                                    format_options=format_options, s3=s3, classes=classes)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
-        if isinstance(transform, (list, tuple)):
-            transform = Compose(transform)
+        if transform is not None and not isinstance(transform, Compose):
+            transform = Compose(transform)  # a list of ops, or one callable of your own
         self.transform = transform
+        self.batch_transform = batch_transform
         self.batch_size = batch_size
         self.num_threads = num_workers
         self.shuffle = shuffle
@@ -149,7 +159,10 @@ class DataLoader(TorchDropIn):
         if len(self) == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
                              f"has {self._per_rank()} samples")
-        self._pools: dict[tuple, SlotPool] = {}
+        size = self.transform.size if self.transform is not None else None
+        # batch slots, kept across passes (fixed-size batches only)
+        self._slot_pool = None if size is None else SlotPools(batch_size, size, pinned=self._pinned,
+                                                               capacity=prefetch + 2)
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
@@ -311,20 +324,6 @@ class DataLoader(TorchDropIn):
         it.supersede()
 
     # -- iteration ---------------------------------------------------------------------
-    def _slot_pool(self, output_dtype: np.dtype, channels_last: bool | None = None) -> SlotPool:
-        size = self.transform.size if self.transform is not None else None
-        assert size is not None  # slots hold fixed-size batches only
-        h, w = size
-        last = self.channels_last if channels_last is None else channels_last
-        shape = (self.batch_size, h, w, 3) if last else (self.batch_size, 3, h, w)
-
-        def make() -> tuple[np.ndarray, np.ndarray]:
-            return make_array(shape, output_dtype, self._pinned), np.empty(self.batch_size, dtype=np.int64)
-        key = (shape, output_dtype.name)
-        if key not in self._pools:
-            self._pools[key] = SlotPool(make, capacity=self.prefetch + 2)
-        return self._pools[key]
-
     def __iter__(self) -> _LoaderIterator:
         """A new pass, as ``torch.utils.data.DataLoader``: it starts its epoch from the
         beginning, whatever an earlier pass left undone (only the first pass after

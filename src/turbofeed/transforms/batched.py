@@ -24,11 +24,14 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from .geometry import Window
-from .output import OutputSpec
+
+if TYPE_CHECKING:  # output.py runs normalize() for Normalize/ToDtype on tensors
+    from .output import OutputSpec
 
 
 def axis_weights(lengths: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, out: int,

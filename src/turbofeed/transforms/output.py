@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +62,10 @@ class Normalize:
         self.spec = OutputSpec(host, np.asarray(mean, np.float32) * 255, 1.0 / (np.asarray(std, np.float32) * 255),
                                name)
 
+    def __call__(self, images: Any) -> Any:
+        """As a torch op on a uint8 (..., 3, H, W) tensor (after user callables)."""
+        return _on_tensor(images, self.spec)
+
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean}, std={self.std}, dtype={self.dtype!r})"
 
@@ -74,5 +79,15 @@ class ToDtype:
         host, name = _dtype(dtype)
         self.spec = OutputSpec(host, np.zeros(3, np.float32), np.full(3, factor, np.float32), name)
 
+    def __call__(self, images: Any) -> Any:
+        """As a torch op on a uint8 (..., 3, H, W) tensor (after user callables)."""
+        return _on_tensor(images, self.spec)
+
     def __repr__(self) -> str:
         return f"ToDtype({self.dtype!r}, scale={self.scale})"
+
+
+def _on_tensor(images: Any, spec: OutputSpec) -> Any:
+    from .batched import normalize  # imports torch: only when used on tensors
+
+    return normalize(images, spec)

@@ -1,7 +1,11 @@
 """The index of a WebDataset tar shard: member offsets read once from the headers, cached.
 
 The index is built from the 512-byte headers only (``tarfile`` seeks over payloads);
-small label members are read while indexing so labels cost no I/O later. It is cached
+small label members are read while indexing so labels cost no I/O later. It records
+every member of each sample (extension, payload offset and size), not only the image:
+the JSON holds ``rows`` (one ``[key, image name, image offset, image size, label]`` per
+sample), ``members`` (per row, its ``[ext, offset, size]`` in storage order),
+``problems`` and ``damage``. It is cached
 as JSON under the cache directory, keyed by the shard's absolute path and checked
 against the file's identity (device, inode, size, mtime_ns, ctime_ns: see
 :class:`turbofeed.io.local.files.FileId`), so a shard replaced by rename or rewritten in
@@ -30,8 +34,9 @@ from .files import FileId, file_id
 log = logging.getLogger("turbofeed")
 
 # 2: damaged headers detected; 3: keyed by file identity, duplicate member names
-# reported, JSON without a label field is an unlabelled sample
-INDEX_VERSION = 3
+# reported, JSON without a label field is an unlabelled sample; 4: every member of a
+# sample recorded ("members")
+INDEX_VERSION = 4
 _MAX_LABEL_BYTES = 64 * 1024
 #: Names of tar shards, plain or compressed (zstd is recognised only to be reported).
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
@@ -61,6 +66,11 @@ class TarDamage:
 
     def as_list(self) -> list:
         return [self.offset, self.reason, self.cut]
+
+
+def unreadable_index(damage: TarDamage, **fields) -> dict:
+    """The index of a shard not read at all (no samples), with ``damage`` saying why."""
+    return {"rows": [], "members": [], "problems": [], "damage": damage.as_list(), **fields}
 
 
 def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
@@ -138,7 +148,7 @@ def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
     members, duplicates = _last_copies(members)
     damage = damage or duplicates
     names = [m[0] for m in members]
-    rows, problems = [], []
+    rows, row_members, problems = [], [], []
     for key, group in group_members(names).items():
         image = pick_image(group)
         if image is None:
@@ -155,10 +165,12 @@ def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
             label_raw = [ext, pread(size, offset).decode("utf-8", "replace")]
         name, offset, size = members[image]
         rows.append([key, name, offset, size, label_raw])
+        row_members.append([[ext, members[i][1], members[i][2]] for ext, i in group.items()])
     if not rows and damage is None:
         damage = TarDamage(0, f"no samples ({len(names)} members, none a usable image)"
                            if names else "no members (an empty tar)", cut=False)
-    return {"rows": rows, "problems": problems, "damage": None if damage is None else damage.as_list()}
+    return {"rows": rows, "members": row_members, "problems": problems,
+            "damage": None if damage is None else damage.as_list()}
 
 
 def _cache_path(cache_dir: str, path: str) -> str:
@@ -211,11 +223,12 @@ def _label_of(raw: list | None) -> tuple[Label, str | None]:
 
 
 def table_from_index(index: dict) -> SampleTable:
-    """The sample table of a tar index: one row per sample with a usable label; samples
-    whose label cannot be parsed become problems (local and s3:// shards alike)."""
+    """The sample table of a tar index: one row per sample with a usable label, with all
+    its members; samples whose label cannot be parsed become problems (local and s3://
+    shards alike)."""
     table = SampleTable(problems=[tuple(p) for p in index["problems"]])
-    offsets, sizes = [], []
-    for key, name, offset, size, label_raw in index["rows"]:
+    offsets, sizes, members = [], [], []
+    for (key, name, offset, size, label_raw), kept in zip(index["rows"], index["members"], strict=True):
         label, problem = _label_of(label_raw)
         if problem is not None:
             table.problems.append((key, problem))
@@ -225,6 +238,8 @@ def table_from_index(index: dict) -> SampleTable:
         table.labels.append(label)
         offsets.append(offset)
         sizes.append(size)
+        members.append(kept)
     table.offsets = np.asarray(offsets, dtype=np.int64)
     table.sizes = np.asarray(sizes, dtype=np.int64)
+    table.set_members(members)
     return table

@@ -14,7 +14,7 @@ from ...errors import DatasetError
 from ..source import Source
 from .compressed import compression_of, plain_copy
 from .files import FILES, FileId, FileRef, file_id, views_enabled
-from .index import TarDamage, default_cache_dir, load_index, table_from_index
+from .index import TarDamage, default_cache_dir, load_index, table_from_index, unreadable_index
 
 log = logging.getLogger("turbofeed")
 
@@ -41,8 +41,8 @@ class TarSource(Source):
         try:
             codec = compression_of(path)
         except DatasetError as exc:  # zstd: named, and reported like any unreadable shard
-            index: dict = {"rows": [], "problems": [], "file": identity.as_dict(),
-                     "damage": TarDamage(0, str(exc).split(": ", 1)[1], cut=False).as_list()}
+            index = unreadable_index(TarDamage(0, str(exc).split(": ", 1)[1], cut=False),
+                                     file=identity.as_dict())
             data_path = path
         else:
             data_path = plain_copy(path, identity, cache_dir) if codec else path
@@ -70,12 +70,26 @@ class TarSource(Source):
 
         Raises:
             FileChanged: the shard was replaced or rewritten since it was indexed.
+            OSError: a short read (the file changed since indexing).
         """
-        size = int(self.table.sizes[i])
-        data = FILES.pread(self._data, size, int(self.table.offsets[i]))
+        return self._pread(int(self.table.offsets[i]), int(self.table.sizes[i]))
+
+    def read_member(self, i: int, ext: str) -> bytes | None:
+        """The payload of sample ``i``'s member with extension ``ext`` (as
+        :func:`~turbofeed.io.split_key` gives it: ``"txt"``, ``"seg.png"``) with one
+        positional read, or None when the sample has no such member. Raises as :meth:`read`."""
+        found = self.table.find_member(i, ext)
+        return None if found is None else self._pread(*found)
+
+    def member_exts(self, i: int) -> tuple[str, ...]:
+        """Extensions of sample ``i``'s members, in storage order."""
+        return self.table.exts_of(i)
+
+    def _pread(self, offset: int, size: int) -> bytes:
+        data = FILES.pread(self._data, size, offset)
         if len(data) != size:
             raise OSError(f"short read: {len(data)} of {size} bytes at offset "
-                          f"{int(self.table.offsets[i])} (file changed since indexing?)")
+                          f"{offset} (file changed since indexing?)")
         return data
 
     def view(self, i: int) -> bytes | memoryview:

@@ -43,7 +43,8 @@ import weakref
 from ...engine.executor import Executor, ExecutorClosed
 from ...errors import DatasetError
 from ..local.files import FILES
-from ..local.index import TarDamage, _build_index, cached_index, default_cache_dir, table_from_index
+from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, table_from_index,
+                          unreadable_index)
 from ..retry import RemoteError
 from ..source import Source
 from .cache import ShardCache, object_name, remove_file
@@ -114,7 +115,7 @@ class S3Shards:
         info = self.infos[url]
         unreadable = _unreadable(info)
         if unreadable is not None:
-            index = {"rows": [], "problems": [], "damage": TarDamage(0, unreadable, cut=False).as_list()}
+            index = unreadable_index(TarDamage(0, unreadable, cut=False))
         else:
             try:
                 index = self._index(info)
@@ -279,8 +280,9 @@ def _stop_prefetch(stop: threading.Event, prefetcher: Executor | None) -> None:
 class S3TarSource(Source):
     """One ``s3://`` WebDataset shard: the :class:`~turbofeed.io.Source` interface.
 
-    ``read(i)`` serves sample ``i`` from the node cache's copy when present, else with one
-    ranged GET (retried per the client's policy). Thread-safe.
+    ``read(i)`` serves sample ``i`` (``read_member(i, ext)`` one of its members) from the
+    node cache's copy when present, else with one ranged GET (retried per the client's
+    policy). Thread-safe.
     """
 
     def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip") -> None:
@@ -298,7 +300,18 @@ class S3TarSource(Source):
         self.table = table_from_index(index)
 
     def read(self, i: int) -> bytes:
-        size, offset = int(self.table.sizes[i]), int(self.table.offsets[i])
+        return self._read(int(self.table.offsets[i]), int(self.table.sizes[i]))
+
+    def read_member(self, i: int, ext: str) -> bytes | None:
+        """Sample ``i``'s member with extension ``ext``, read as :meth:`read` reads the
+        image; None when the sample has no such member."""
+        found = self.table.find_member(i, ext)
+        return None if found is None else self._read(*found)
+
+    def member_exts(self, i: int) -> tuple[str, ...]:
+        return self.table.exts_of(i)
+
+    def _read(self, offset: int, size: int) -> bytes:
         stats = self._shards.client.stats
         local = self._local or self._shards.cache.lookup(self._name)
         if local is not None:
