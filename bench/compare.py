@@ -90,7 +90,9 @@ def markdown(table: dict, args: argparse.Namespace, pipelines: list[str], comman
              f"{args.repeats} interleaved runs: median of all timed epochs (min-max).", "",
              "Pipelines: **train** = RandomResizedCrop(224, scale (0.08, 1), ratio (3/4, 4/3)) + horizontal flip, "
              "uint8 NCHW; **eval** = Resize(256) + CenterCrop(224), uint8; **train-float** = train normalised to "
-             "float32 with ImageNet mean/std.", ""]
+             "float32 with ImageNet mean/std; **train-jitter** (on request) = train, then a user augmentation in torch "
+             "ops on each uint8 (3, H, W) tensor (brightness/contrast jitter, `bench/peers/_common.py` `jitter`): "
+             "turbofeed runs it in its worker threads after the fused crop, PyTorch in its worker processes.", ""]
     header = "| loader | version | " + " | ".join(f"{p} img/s" for p in pipelines) + " | " + \
         " | ".join(f"{p} / PyTorch" for p in pipelines) + " |"
     lines += [header, "|" + "---|" * (2 + 2 * len(pipelines))]

@@ -25,7 +25,7 @@ def parse(description: str) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs")
     ap.add_argument("--warmup", type=int, default=1, help="untimed epochs first")
-    ap.add_argument("--pipeline", choices=["train", "eval", "train-float"], default="train")
+    ap.add_argument("--pipeline", choices=["train", "eval", "train-float", "train-jitter"], default="train")
     ap.add_argument("--cache", default=os.path.join(os.path.dirname(__file__), "..", ".data", "peers"),
                     help="where peers keep converted data (FFCV .beton, merged tar)")
     return ap.parse_args()
@@ -73,6 +73,18 @@ def version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def jitter(x):
+    """A user augmentation written in torch ops on a uint8 (3, H, W) tensor, the same in
+    every peer that runs ``train-jitter``: brightness and contrast jitter (factors in
+    [0.8, 1.2]), as ``ColorJitter(0.2, 0.2)`` does."""
+    import torch
+
+    brightness, contrast = (0.8 + 0.4 * torch.rand(2)).tolist()
+    f = x.float() * brightness
+    mean = f.mean()
+    return ((f - mean) * contrast + mean).clamp_(0, 255).to(torch.uint8)
 
 
 def rrc_params(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),

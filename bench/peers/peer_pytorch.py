@@ -5,6 +5,7 @@ a map-style Dataset over the tar members, 2 persistent worker processes."""
 import os
 import sys
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -23,7 +24,10 @@ class TarJpegs(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         img = _pillow.decode(C.read(self.items[i]))
-        return _pillow.transform(img, self.pipeline), self.items[i][3]
+        chw = _pillow.transform(img, self.pipeline)
+        if self.pipeline == "train-jitter":  # the user augmentation, on the uint8 tensor
+            chw = C.jitter(torch.from_numpy(np.ascontiguousarray(chw)))
+        return chw, self.items[i][3]
 
 
 def main():

@@ -14,7 +14,9 @@ from turbofeed import transforms as T  # noqa: E402
 def main():
     args = C.parse(__doc__)
     transform = {"train": lambda: T.imagenet_train(224), "eval": lambda: T.imagenet_eval(224),
-                 "train-float": lambda: T.imagenet_train(224, normalize=True)}[args.pipeline]()
+                 "train-float": lambda: T.imagenet_train(224, normalize=True),
+                 # the user augmentation runs in the worker threads after the fused crop
+                 "train-jitter": lambda: T.Compose([*T.imagenet_train(224).ops, C.jitter])}[args.pipeline]()
     loader = turbofeed.DataLoader(C.shards(args.data), batch_size=args.batch_size, num_workers=args.workers,
                                   shuffle=True, seed=0, transform=transform)
     C.run("turbofeed", turbofeed.__version__, args, lambda e: loader)

@@ -4,28 +4,31 @@ Required of a source: ``path``, ``table``, ``read(i)`` and ``close()``. Optional
 capabilities are declared here, with the defaults a source gets when it does not have
 them, so that the dataset reads them directly and never probes with ``getattr``:
 
-===================  ============================  ==========================================
-capability           default                       overridden by
-===================  ============================  ==========================================
-``view(i)``          ``read(i)``                   tar shards (a view of the mapped file)
-``read_member(i,     the image only: the image's   tar shards, local and ``s3://`` (every
-ext)``               extension -> ``read(i)``,     member of the sample, from the ``member_*``
-                     any other -> None             arrays of ``table``)
-``member_exts(i)``   the image's extension alone   tar shards, local and ``s3://``
-``damage``           None (nothing to report)      tar shards, local and ``s3://``
-``file``             None (no local file)          tar shards, HDF5, ``.npy``, Parquet files
-``changed()``        ``file`` is not the version   tar shards (the shard or its plain copy)
-                     indexed any more
-``classes``          None (labels are raw values)  ImageFolder trees (labels are ids into it)
-``io_stats``         ``{}``                        array and table sources (how they read)
-===================  ============================  ==========================================
+=======================  ============================  ====================================
+capability               default                       overridden by
+=======================  ============================  ====================================
+``view(i)``              ``read(i)``                   tar shards (a view of the mapped
+                                                       file)
+``read_member(i, ext)``  the image only: its           tar shards, local and ``s3://``
+                         extension -> ``read(i)``,     (every member of the sample, from
+                         any other -> None             the ``member_*`` arrays of ``table``)
+``member_exts(i)``       the image's extension alone   tar shards, local and ``s3://``
+``damage``               None (nothing to report)      tar shards, local and ``s3://``
+``file``                 None (no local file)          tar shards, HDF5, ``.npy``, Parquet
+``changed()``            ``file`` is not the version   tar shards (the shard or its plain
+                         indexed any more              copy)
+``classes``              None (labels are raw values)  ImageFolder trees (labels are ids)
+``io_stats``             ``{}``                        array and table sources (how they
+                                                       read)
+=======================  ============================  ====================================
 
 Members: a WebDataset sample is every member sharing its key (``a.jpg``, ``a.txt``,
 ``a.seg.png``); ``ext`` is the rest of the name as :func:`~turbofeed.io.split_key`
 gives it (``"jpg"``, ``"txt"``, ``"seg.png"``). A source whose ``table`` records no
 members (``table.has_members`` False: image folders, HDF5, Zarr, .npy, Parquet) has one,
-the image, whose extension is that of its ``image_names`` entry (``"jpeg"`` for
-``cat/1.JPEG``; ``""`` for an array row such as ``images[3]``, whose ``read`` gives pixels).
+the image, whose extension is :meth:`SampleTable.image_ext`: that of its file name
+(``"jpeg"`` for ``cat/1.JPEG``), or ``""`` for an array row (``images[3]``), whose
+``read`` gives pixels or encoded bytes of a format its name does not tell.
 
 Built-in sources subclass :class:`Source` to inherit these defaults; adding a source is
 one such class plus one entry in :mod:`turbofeed.io.registry`.
@@ -38,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .local.files import FileRef
-from .table import SampleTable, split_key
+from .table import SampleTable
 
 
 class Damage(Protocol):
@@ -92,11 +95,11 @@ class Source(Protocol):
         """The member of sample ``i`` with extension ``ext`` (``"jpg"``, ``"txt"``,
         ``"seg.png"``), or None when the sample has none; thread-safe like :meth:`read`.
         Default: the image is the only member (``read(i)`` for its extension)."""
-        return self.read(i) if ext == split_key(self.table.image_names[i])[1] else None
+        return self.read(i) if ext == self.table.image_ext(i) else None
 
     def member_exts(self, i: int) -> tuple[str, ...]:
         """Extensions of sample ``i``'s members, in storage order. Default: the image's."""
-        return (split_key(self.table.image_names[i])[1],)
+        return (self.table.image_ext(i),)
 
     def changed(self) -> bool:
         """True when the data on disk is not the version indexed any more (replaced,

@@ -161,6 +161,13 @@ class SampleTable:
         self.member_offset = np.asarray(offset, dtype=np.int64)
         self.member_size = np.asarray(size, dtype=np.int64)
 
+    def image_ext(self, i: int) -> str:
+        """The extension of sample ``i``'s image as a member, from its name (``"jpeg"`` for
+        ``cat/1.JPEG``); ``""`` when the name tells no image format (array rows such as
+        ``images[3]`` or ``images.npy[3]``)."""
+        ext = split_key(self.image_names[i])[1]
+        return ext if ext.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS else ""
+
     def exts_of(self, i: int) -> tuple[str, ...]:
         """Extensions of sample ``i``'s members, in storage order (() without members)."""
         if not self.has_members:

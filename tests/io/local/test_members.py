@@ -196,7 +196,7 @@ def test_sources_without_members_serve_the_image_alone(image_folder):
     assert not src.table.has_members and src.table.exts_of(0) == ()
     for i in (0, len(src.table) - 1):
         ext = split_key(src.table.image_names[i])[1]
-        assert src.member_exts(i) == (ext,)
+        assert ext and src.member_exts(i) == (ext,) == (src.table.image_ext(i),)
         assert src.read_member(i, ext) == src.read(i)
         assert src.read_member(i, "txt") is None
         assert src.table.find_member(i, ext) is None  # the table itself records none

@@ -138,21 +138,27 @@ def test_shards_larger_than_the_cache_are_indexed_right_and_the_index_persists_r
 
 
 def _cache_bytes(root: str) -> int:
-    """Bytes the node cache holds now: published copies and fills in progress."""
-    total = 0
+    """Bytes the node cache holds at one moment: published copies and fills in progress.
+
+    The two folders are listed one after the other while files move between them
+    (publish: tmp -> objects) and go (eviction), so summing the listings could add a
+    file evicted after its listing to a fill that began after it. A file therefore
+    counts once (by inode) and only if it still exists after both listings: all the
+    files counted existed together at the moment the listings ended."""
+    paths = []
     for folder in ("objects", "tmp"):
         try:
-            entries = list(os.scandir(os.path.join(root, folder)))
+            paths += [e.path for e in os.scandir(os.path.join(root, folder)) if not e.name.endswith(".lock")]
         except FileNotFoundError:
             continue
-        for e in entries:
-            if e.name.endswith(".lock"):
-                continue
-            try:
-                total += e.stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
+    sizes = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
 
 
 class _Watch:
