@@ -8,7 +8,7 @@ place that maps options to a decode stage is :func:`decode_stage`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import EpochPlan
 from ..transforms import Compose
+from .fields import IMAGE, FieldReader, FieldSpec, NoImage, WithFields
 from .policy import ErrorPolicy, PassPolicy
 from .slots import SlotPool
 from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
@@ -34,12 +35,14 @@ class Source:
 
     @classmethod
     def open(cls, data: PathSpec, *, on_error: str, cache_dir: str | None, format: str | None,
-             format_options: dict | None, s3: S3Config | None, classes: list[str] | None) -> Source:
-        """Index ``data`` (a damaged shard raises under ``on_error="raise"``)."""
+             format_options: dict | None, s3: S3Config | None, classes: list[str] | None,
+             labels: bool = True) -> Source:
+        """Index ``data`` (a damaged shard raises under ``on_error="raise"``); without
+        ``labels`` (general samples) no label is parsed."""
         stats = Stats()
         policy = ErrorPolicy(on_error, stats)  # validates on_error before any indexing
         dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
-                          format=format, format_options=format_options, s3=s3, classes=classes)
+                          format=format, format_options=format_options, s3=s3, classes=classes, labels=labels)
         source = cls(dataset, stats, policy)
         source.sync_stats()
         return source
@@ -79,7 +82,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
                  decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
-                 callables: Sequence[Callable[[Any], Any]] = ()) -> DecodeStage:
+                 callables: Sequence[Callable[[Any], Any]] = (), fields: list[FieldSpec] | None = None,
+                 decoders: Mapping[str, Callable[[bytes], Any]] | None = None) -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
@@ -90,8 +94,19 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
       else per sample;
     - ``pool`` (``pool(dtype, channels_last) -> SlotPool``; the transform has one output
       size): the fused CPU decode into batch slots;
-    - otherwise: per-sample CPU decode, ``shape(id, decoded)`` per sample.
+    - otherwise: per-sample CPU decode, ``shape(id, decoded)`` per sample;
+
+    and with ``fields`` (general samples; ``work`` reads the image field's member), the
+    stage above for the ``image`` field (none without one) plus the other fields, decoded
+    by type in the same thread (:class:`~turbofeed.engine.fields.WithFields`).
     """
+    if fields is not None:
+        reader = FieldReader(work, fields, decoders)
+        if not any(f.name == IMAGE for f in fields):
+            return WithFields(NoImage(batch_size), reader, batch_size)
+        inner = decode_stage(work, plan, policy, batch_size=batch_size, decoder=decoder, hybrid=hybrid, pool=pool,
+                             channels_last=channels_last, shape=shape, fetch_only=fetch_only, callables=callables)
+        return WithFields(inner, reader, batch_size)
     transform: Compose | None = work.transform
     if fetch_only is not None:
         return fetch_stage(work, batch_size, fetch_only)
@@ -109,7 +124,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         assert pool is not None and transform is not None  # hybrid needs host slots and a fixed size
         from .hybrid import HybridDecode
 
-        cpu_work = SampleWork(work.dataset, transform.without_output(), work.stats, seed=work.seed, epoch=work.epoch)
+        cpu_work = SampleWork(work.dataset, transform.without_output(), work.stats, seed=work.seed, epoch=work.epoch,
+                              image_exts=work.image_exts)
         cpu = FusedCpuDecode(cpu_work, pool(np.dtype(np.uint8), False), channels_first=True)
         return HybridDecode(gpu, cpu, hybrid)
     if pool is not None and transform is not None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..decode import decode, is_jpeg, max_pixels, native, probe
 from ..errors import ImageTooLarge, SampleError
-from ..io import Dataset
+from ..io import Dataset, pick_member
 from ..transforms import Compose, resample, write_slot
 from .slots import Slot
 from .stats import Stats
@@ -38,8 +38,9 @@ class SampleWork:
     """
 
     def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
-                 seed: int, epoch: int) -> None:
+                 seed: int, epoch: int, image_exts: tuple[str, ...] | None = None) -> None:
         self.dataset = dataset
+        self.image_exts = image_exts  # the image field's extensions (first match), or the table's image
         self.transform = transform
         self.stats = stats
         self.seed = seed
@@ -62,12 +63,29 @@ class SampleWork:
         """The sample's encoded bytes (or pixels); with ``view``, without a copy where the
         source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()
+        data: bytes | memoryview | np.ndarray | None
         try:
-            data = self.dataset.view(gid) if view else self.dataset.read(gid)
+            if self.image_exts is not None and (ext := self._image_ext(gid)) != self.dataset.image_ext(gid):
+                data = self.dataset.read_member(gid, ext)  # the field asks for another member
+                if data is None:  # listed a moment ago: the shard changed under us
+                    raise LookupError(f"no {ext} member any more")
+            else:
+                data = self.dataset.view(gid) if view else self.dataset.read(gid)
+        except SampleError:
+            raise
         except Exception as exc:
             raise self.error(gid, "fetch", exc) from exc
         self.stats.add_fetch(time.perf_counter() - started, data.nbytes if isinstance(data, np.ndarray) else len(data))
         return data
+
+    def _image_ext(self, gid: int) -> str:
+        assert self.image_exts is not None
+        present = self.dataset.member_exts(gid)
+        ext = pick_member(present, self.image_exts)
+        if ext is None:
+            raise self.error(gid, "fetch", LookupError(
+                f"no {';'.join(self.image_exts)} member for the image (the sample has {', '.join(present)})"))
+        return ext
 
     def load(self, gid: int) -> Decoded:
         """Fetch, decode and resample one sample (no flip applied yet)."""

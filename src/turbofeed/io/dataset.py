@@ -51,17 +51,21 @@ class Dataset:
         classes: the class names, in id order, for datasets labelled by name (``.txt``,
             JSON strings, ImageFolder folders): ``"cat"`` gets ``classes.index("cat")``
             whatever names this particular data holds, so train and val agree.
+        labels: False when the caller reads members as fields (``.txt`` captions are not
+            class names): no label is parsed, every sample gets -1.
     """
 
     def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
                  format: str | None = None, format_options: dict | None = None,
-                 s3: S3Config | None = None, classes: Sequence[str] | None = None) -> None:
-        parse_options(format_options)  # a misspelt option fails before any file is opened
+                 s3: S3Config | None = None, classes: Sequence[str] | None = None,
+                 labels: bool = True) -> None:
+        parse_options(format_options)
+        self.use_labels = labels  # a misspelt option fails before any file is opened
         self.classes = _check_classes(classes)
         located = resolve(spec, format, s3=s3)
         self._located = located
         self._opener = Opener(located, on_damage=on_damage, cache_dir=cache_dir,
-                              format_options=format_options, s3=s3, classes=self.classes)
+                              format_options=format_options, s3=s3, classes=self.classes, labels=labels)
         self.s3: S3Shards | None = self._opener.shards
         self.sources: list[Source] = self._open_all(located)
         _log_problems(self.sources)
@@ -94,7 +98,10 @@ class Dataset:
             raise DatasetError(f"no samples found in {names} ({len(located)} source(s); "
                                f"{len(self.problems)} entries without a usable image"
                                + (f"; {len(self.damaged)} damaged or empty" if self.damaged else "") + ")")
-        self.labels, self.class_names = label_ids(self.sources, self.classes)
+        if self.use_labels:
+            self.labels, self.class_names = label_ids(self.sources, self.classes)
+        else:
+            self.labels, self.class_names = np.full(self.num_samples, -1, np.int64), None
 
     def refresh(self) -> list[str]:
         """Re-index every source whose file changed on disk since it was indexed (replaced
@@ -147,6 +154,11 @@ class Dataset:
         :func:`turbofeed.io.pick_member`."""
         source, i = self.locate(gid)
         return source.member_exts(i)
+
+    def image_ext(self, gid: int) -> str:
+        """The extension of ``gid``'s image member (what :meth:`read` returns)."""
+        source, i = self.locate(gid)
+        return source.table.image_ext(i)
 
     def describe(self, gid: int) -> tuple[str, str]:
         """(source path, sample key) of ``gid``, for messages."""

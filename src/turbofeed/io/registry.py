@@ -54,14 +54,15 @@ class Opener:
 
     Args:
         located: the ``(kind, path)`` pairs of :func:`resolve`.
-        on_damage, cache_dir, format_options, s3, classes: as :class:`~turbofeed.io.Dataset`
-            takes them.
+        on_damage, cache_dir, format_options, s3, classes, labels: as
+            :class:`~turbofeed.io.Dataset` takes them.
     """
 
     def __init__(self, located: Sequence[tuple[str, str]], *, on_damage: str = "skip",
                  cache_dir: str | None = None, format_options: dict | None = None,
-                 s3: S3Config | None = None, classes: list[str] | None = None) -> None:
+                 s3: S3Config | None = None, classes: list[str] | None = None, labels: bool = True) -> None:
         self.on_damage = on_damage
+        self.labels = labels
         self.cache_dir = cache_dir
         self.format_options = format_options
         self.s3 = s3
@@ -81,7 +82,7 @@ class Opener:
 
 def _s3_shard(o: Opener, url: str) -> Source:
     assert o.shards is not None, "an Opener makes the shards of every s3 path it is given"
-    return o.shards.open(url, on_damage=o.on_damage)  # cached by ETag
+    return o.shards.open(url, on_damage=o.on_damage, labels=o.labels)  # cached by ETag
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class Format:
 
 KINDS: dict[str, Format] = {f.name: f for f in (
     Format("tar", TAR_SUFFIXES,  # zstd: named only to be reported
-           lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir)),
+           lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir, labels=o.labels)),
     Format("folder", (), lambda o, path: FolderSource(path, classes=o.classes)),
     Format("hdf5", (".h5", ".hdf5", ".hdf", ".he5"),
            lambda o, path: HDF5Source(path, o.format_options), array=True),

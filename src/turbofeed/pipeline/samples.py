@@ -12,6 +12,7 @@ import numpy as np
 
 from ..decode import decode
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
+from ..engine.fields import IMAGE, parse_fields
 from ..engine.run import BatchStage, Engine
 from ..engine.stages import StageInfo
 from ..engine.stream import Job
@@ -27,6 +28,10 @@ _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regro
 class Sample:
     """One sample: ``key``, ``label`` (-1 if none), ``shard``, and its image.
 
+    With ``fields`` (general samples), ``sample.fields`` holds the other fields by name
+    and ``sample["caption"]`` reads one (``sample["image"]`` is :meth:`get_image`,
+    ``"__key__"``/``"__url__"`` the key and shard).
+
     ``data`` holds the encoded bytes (the uint8 pixels for the array formats: HDF5,
     Zarr, .npy) when the pipeline does not decode (``decode_jpeg=False``);
     ``get_image()`` then decodes on demand. ``tensor`` holds
@@ -40,6 +45,25 @@ class Sample:
     data: bytes | np.ndarray | None = field(default=None, repr=False)
     image: np.ndarray | None = field(default=None, repr=False)
     tensor: Any = field(default=None, repr=False)
+    fields: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, name: str) -> Any:
+        """A field by name: ``"image"`` (:meth:`get_image`), ``"__key__"``, ``"__url__"``,
+        or one of ``fields``.
+
+        Raises:
+            KeyError: naming the fields the sample has.
+        """
+        if name == "image":
+            return self.get_image()
+        if name == "__key__":
+            return self.key
+        if name == "__url__":
+            return self.shard
+        if name not in self.fields:
+            raise KeyError(f"sample {self.shard}/{self.key} has no field {name!r}; it has "
+                           f"{['image', *self.fields, '__key__', '__url__']}")
+        return self.fields[name]
 
     def get_image(self) -> np.ndarray:
         """The image as HWC uint8 RGB (float if the pipeline's transform normalises).
@@ -108,6 +132,8 @@ class Pipeline:
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for
             :class:`turbofeed.DataLoader`).
+        fields, decoders: general samples (as for :class:`turbofeed.DataLoader`): each
+            sample's other fields in ``sample.fields`` and ``sample["name"]``.
 
     Example::
 
@@ -129,9 +155,12 @@ class Pipeline:
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
-                 classes: list[str] | None = None) -> None:
+                 classes: list[str] | None = None, fields: dict[str, str] | None = None,
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None) -> None:
+        self.fields = None if fields is None else parse_fields(fields)
+        self.decoders = decoders
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes)
+                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
         if self.transform is not None and self.transform.callables:
@@ -171,7 +200,9 @@ class Pipeline:
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)
-        work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch)
+        image_field = next((f for f in self.fields or () if f.name == IMAGE), None)
+        work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch,
+                          image_exts=None if image_field is None else image_field.exts)
         policy = self._policy.for_pass()
         # The stages run on the worker threads: they must not hold ``self``, or the
         # threads would keep a dropped Pipeline (and themselves) alive.
@@ -189,15 +220,26 @@ class Pipeline:
             return sample
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
-                              fetch_only=None if self.decode_jpeg else with_bytes)
+                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields,
+                              decoders=self.decoders)
         then = []
-        if self.decoder is not None:  # the GPU stage gives (entry, tensor on the device) pairs
-            def samples(job: Job, decoded: list[tuple[Any, Any]]) -> list[Sample]:
-                out = []
-                for entry, tensor in decoded:
-                    sample = make_sample(entry.gid)
-                    sample.tensor = tensor
-                    out.append(sample)
+        if self.decoder is not None or self.fields is not None:
+            gpu, has_fields = self.decoder is not None, self.fields is not None
+
+            def samples(job: Job, value: Any) -> list[Sample]:
+                inner, fields = value if has_fields else (value, None)
+                if inner is None:  # no image field: samples with fields only
+                    out = [make_sample(int(gid)) for gid in job.ids[job.ok]]
+                elif gpu:  # the GPU stage gives (entry, tensor on the device) pairs
+                    out = []
+                    for entry, tensor in inner:
+                        sample = make_sample(entry.gid)
+                        sample.tensor = tensor
+                        out.append(sample)
+                else:
+                    out = inner
+                for sample, found in zip(out, fields or ()):
+                    sample.fields = found
                 return out
             then.append(BatchStage(StageInfo("samples", "batch", ("samples", "batches")), samples))
         self._engine = Engine(plan, decode, policy, then=then, num_workers=self.num_workers, prefetch=self.prefetch)

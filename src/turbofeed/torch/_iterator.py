@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +21,7 @@ from ..engine.stages import HostBatch, StageInfo, chw_with_label
 from ..engine.stream import Job
 from ..engine.work import SampleWork
 from ..plan import make_epoch_plan
+from .collate import field_batch
 from .device import CudaDelivery, apply_output
 
 if TYPE_CHECKING:
@@ -67,11 +69,14 @@ class _LoaderIterator:
         callables = transform.callables if transform is not None else []
         if callables:  # the workers decode the fused part; the callables run after it
             worker_transform = transform.fused() if transform is not None else None
-        work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch)
+        image_field = next((f for f in loader.fields or () if f.name == "image"), None)
+        work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch,
+                          image_exts=None if image_field is None else image_field.exts)
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
-                              shape=chw_with_label, callables=callables)
+                              shape=chw_with_label, callables=callables, fields=loader.fields,
+                              decoders=loader.decoders)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
@@ -79,8 +84,10 @@ class _LoaderIterator:
                                None if spec is None or spec.torch_dtype == spec.dtype.name
                                else getattr(torch, spec.torch_dtype), loader.channels_last,
                                stack=bool(callables), device=loader.device)
-        then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")),
-                           self.deliver if gpu_decoder is None else _on_device)]
+        deliver_images: Callable[[Job, Any], Any] = self.deliver if gpu_decoder is None else _on_device
+        if loader.fields is not None:
+            deliver_images = _FieldsDeliver(deliver_images, [f.name for f in loader.fields], loader.dataset)
+        then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")), deliver_images)]
         if loader.batch_transform is not None:
             then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
         self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
@@ -101,7 +108,7 @@ class _LoaderIterator:
         except BaseException:  # StopIteration after close(), or an error from the stages
             self.done = True
             raise
-        if self.loader.return_keys:
+        if self.loader.return_keys and not isinstance(batch, dict):  # dict batches hold __key__
             batch = (*batch, self._keys(job))
         self.delivered = job.index + 1
         self.loader._advance(self)
@@ -110,7 +117,7 @@ class _LoaderIterator:
             self._finish()
         stats = self.loader.stats
         stats.count("batches")
-        stats.count("samples", len(batch[1]))
+        stats.count("samples", len(batch["__key__"]) if isinstance(batch, dict) else len(batch[1]))
         return batch
 
     def _finish(self) -> None:
@@ -213,14 +220,33 @@ class Deliver:
 
 class _BatchTransform:
     """The user's ``batch_transform(images, labels)`` on each delivered batch (on its
-    device); it returns ``(images, labels)``, or the images alone (labels unchanged)."""
+    device); it returns ``(images, labels)``, or the images alone (labels unchanged).
+    With ``fields`` (dict batches): ``batch_transform(batch) -> batch``."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
 
-    def __call__(self, job: Job, value: tuple[Any, ...]) -> tuple[Any, ...]:
+    def __call__(self, job: Job, value: Any) -> Any:
+        if isinstance(value, dict):  # general samples: the whole dict batch in, one out
+            return self.fn(value)
         images, labels = value
         out = self.fn(images, labels)
         if isinstance(out, tuple) and len(out) == 2:
             return out
         return out, labels
+
+
+class _FieldsDeliver:
+    """The deliver stage of general samples: the image field as the host or GPU batch of
+    the decode stage, the other fields collated, ``__key__`` and ``__url__``."""
+
+    def __init__(self, images: Any, names: list[str], dataset: Any) -> None:
+        self.images = images
+        self.names = names
+        self.dataset = dataset
+
+    def __call__(self, job: Job, value: tuple[Any, list[dict[str, Any]]]) -> dict[str, Any]:
+        inner, fields = value
+        image = None if inner is None else self.images(job, inner)[0]
+        described = [self.dataset.describe(int(gid)) for gid in job.ids[job.ok]]
+        return field_batch(self.names, image, fields, described)

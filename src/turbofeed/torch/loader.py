@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
+from ..engine.fields import parse_fields
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
@@ -82,7 +83,11 @@ class DataLoader(TorchDropIn):
 
         batch_transform: ``fn(images, labels)`` run once per delivered batch, on its
             device (Mixup/CutMix, GPU augmentations); returns ``(images, labels)`` or the
-            images alone.
+            images alone; with ``fields``, ``fn(batch) -> batch``.
+        fields: general samples: ``{"image": "jpg;png", "caption": "txt", "meta": "json?"}``
+            yields dict batches (``image`` through ``transform``, other members decoded
+            by type, ``__key__``, ``__url__``; ``?``: optional); see docs/samples.md.
+        decoders: ``{ext: fn(bytes)}`` overriding how a field's member is decoded.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -106,11 +111,14 @@ class DataLoader(TorchDropIn):
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
                  hybrid: bool = False, classes: list[str] | None = None,
-                 batch_transform: Callable[[Any, Any], Any] | None = None) -> None:
+                 batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        self.fields = None if fields is None else parse_fields(fields)
+        self.decoders = decoders
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes)
+                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         if transform is not None and not isinstance(transform, Compose):
             transform = Compose(transform)  # a list of ops, or one callable of your own

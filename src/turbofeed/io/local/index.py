@@ -222,14 +222,15 @@ def _label_of(raw: list | None) -> tuple[Label, str | None]:
         return None, f"bad .{ext} label: {exc}"
 
 
-def table_from_index(index: dict) -> SampleTable:
+def table_from_index(index: dict, *, labels: bool = True) -> SampleTable:
     """The sample table of a tar index: one row per sample with a usable label, with all
     its members; samples whose label cannot be parsed become problems (local and s3://
-    shards alike)."""
+    shards alike). Without ``labels`` (a loader asking for fields: a ``.txt`` is a
+    caption, not a class name) no label is parsed and every indexed sample is kept."""
     table = SampleTable(problems=[tuple(p) for p in index["problems"]])
     offsets, sizes, members = [], [], []
     for (key, name, offset, size, label_raw), kept in zip(index["rows"], index["members"], strict=True):
-        label, problem = _label_of(label_raw)
+        label, problem = _label_of(label_raw) if labels else (None, None)
         if problem is not None:
             table.problems.append((key, problem))
             continue

@@ -34,7 +34,8 @@ class TarSource(Source):
 
     file: FileRef  # always a local file (the Source capability, never None here)
 
-    def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None) -> None:
+    def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None,
+                 labels: bool = True) -> None:
         self.path = path
         cache_dir = cache_dir or default_cache_dir()
         identity = file_id(path)
@@ -58,7 +59,7 @@ class TarSource(Source):
             if on_damage == "raise":
                 raise DatasetError(message)
             log.warning("turbofeed: %s", message)
-        self.table = table_from_index(index)
+        self.table = table_from_index(index, labels=labels)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
 
     def changed(self) -> bool:

@@ -110,7 +110,7 @@ class S3Shards:
         self._finalizer = weakref.finalize(self, _stop_prefetch, self._stop, self._prefetcher)
 
     # ----- construction ------------------------------------------------------------
-    def open(self, url: str, *, on_damage: str = "skip") -> S3TarSource:
+    def open(self, url: str, *, on_damage: str = "skip", labels: bool = True) -> S3TarSource:
         """Index one shard (see the module docstring) and return its source."""
         info = self.infos[url]
         unreadable = _unreadable(info)
@@ -121,7 +121,7 @@ class S3Shards:
                 index = self._index(info)
             except (RemoteError, OSError) as exc:
                 raise DatasetError(f"{url}: cannot index: {exc}") from exc
-        src = S3TarSource(info, index, self, on_damage=on_damage)
+        src = S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
         with self._lock:
             self._by_index[self._order[url]] = src
         return src
@@ -285,7 +285,8 @@ class S3TarSource(Source):
     policy). Thread-safe.
     """
 
-    def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip") -> None:
+    def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip",
+                 labels: bool = True) -> None:
         self.path = info.url
         self.info = info
         self._shards = shards
@@ -297,7 +298,7 @@ class S3TarSource(Source):
             if on_damage == "raise":
                 raise DatasetError(message)
             log.warning("turbofeed: %s", message)
-        self.table = table_from_index(index)
+        self.table = table_from_index(index, labels=labels)
 
     def read(self, i: int) -> bytes:
         return self._read(int(self.table.offsets[i]), int(self.table.sizes[i]))

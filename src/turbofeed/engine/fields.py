@@ -1,0 +1,171 @@
+"""General samples: any WebDataset member as a named field.
+
+``fields={"image": "jpg;png;webp", "caption": "txt", "meta": "json?"}`` names the
+fields of a sample and, for each, the member extensions to look for (the first one the
+sample has wins; a trailing ``?`` makes the field optional: ``None`` when missing).
+The field named ``image`` goes through the decode stage chosen for the pass (fused
+crop-window decode, GPU, hybrid), into batch slots as before; every other field is read
+and decoded by type in the same worker thread, right after (``txt`` -> str, ``json`` ->
+object, ``cls`` -> int, ``npy`` -> array, images -> uint8 arrays, else bytes; see
+:mod:`turbofeed.decode.fields`). A sample lacking a required field, or whose field
+cannot be decoded, is a bad sample (the policy replaces, skips or raises, naming the
+shard, key and field), so a batch's fields always belong to the same samples.
+
+:class:`WithFields` wraps any decode stage: it keeps one dict of the other fields per
+position and hands them on with the decode stage's own batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..decode.fields import decode_field
+from ..io import pick_member
+from ..io.table import IMAGE_EXTENSIONS
+from .stages import DecodeStage, StageInfo
+from .work import SampleWork
+
+if TYPE_CHECKING:
+    from .stream import Job
+
+IMAGE = "image"  # the field the transform applies to
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One requested field: its name, the extensions to look for, whether it may be missing."""
+
+    name: str
+    exts: tuple[str, ...]
+    optional: bool = False
+
+    @classmethod
+    def parse(cls, name: str, spec: str) -> FieldSpec:
+        """``("meta", "json?")`` -> optional ``json``; ``"jpg;png;webp"`` -> three choices.
+
+        Raises:
+            ValueError: an empty name or spec, or a name of the reserved ``__x__`` form.
+        """
+        if not isinstance(name, str) or not name or name.startswith("__"):
+            raise ValueError(f"fields: {name!r} is not a field name (non-empty, not starting with '__')")
+        if not isinstance(spec, str):
+            raise ValueError(f"fields[{name!r}] must be a string of extensions like 'jpg;png', got {spec!r}")
+        text = spec.strip()
+        optional = text.endswith("?")
+        exts = tuple(e.strip().lower().lstrip(".") for e in text.rstrip("?").split(";") if e.strip())
+        if not exts:
+            raise ValueError(f"fields[{name!r}] = {spec!r} names no extension")
+        return cls(name, exts, optional)
+
+
+def parse_fields(fields: Mapping[str, str]) -> list[FieldSpec]:
+    """The specs of ``fields``, in the order given.
+
+    Raises:
+        ValueError: a bad name or spec (see :meth:`FieldSpec.parse`), or no field at all.
+    """
+    if not fields:
+        raise ValueError("fields: ask for at least one field, e.g. {'image': 'jpg;png'}")
+    return [FieldSpec.parse(name, spec) for name, spec in fields.items()]
+
+
+class FieldReader:
+    """Reads and decodes the fields other than ``image`` of one sample (worker threads)."""
+
+    def __init__(self, work: SampleWork, specs: list[FieldSpec],
+                 decoders: Mapping[str, Callable[[bytes], Any]] | None) -> None:
+        self.work = work
+        self.specs = [s for s in specs if s.name != IMAGE]
+        self.decoders = decoders
+
+    def __call__(self, gid: int) -> dict[str, Any]:
+        dataset = self.work.dataset
+        present = dataset.member_exts(gid)
+        out: dict[str, Any] = {}
+        for spec in self.specs:
+            ext = pick_member(present, spec.exts)
+            if ext is None:
+                if spec.optional:
+                    out[spec.name] = None
+                    continue
+                raise self.work.error(gid, "fetch", LookupError(
+                    f"no {';'.join(spec.exts)} member for field {spec.name!r} (the sample has "
+                    f"{', '.join(present) or 'no members'})"))
+            try:
+                data = dataset.read_member(gid, ext)
+            except Exception as exc:
+                raise self.work.error(gid, "fetch", exc) from exc
+            try:
+                value = decode_field(ext, data, self.decoders,  # type: ignore[arg-type]
+                                     max_pixels=self.work.max_pixels)
+            except Exception as exc:
+                raise self.work.error(gid, "decode.cpu", ValueError(f"field {spec.name!r}: {exc}")) from exc
+            if isinstance(value, np.ndarray) and value.ndim == 3 and ext.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS:
+                value = np.ascontiguousarray(value.transpose(2, 0, 1))  # images are (3, H, W), as "image"
+            out[spec.name] = value
+        return out
+
+
+@dataclass
+class FieldsBuffer:
+    """A batch in flight: the decode stage's own buffer and the other fields per position."""
+
+    inner: Any
+    fields: list[dict[str, Any] | None]
+
+
+class WithFields:
+    """Any decode stage plus the other fields of each sample.
+
+    ``finish`` gives ``(the decode stage's batch, [fields of each kept sample])``.
+    """
+
+    def __init__(self, inner: DecodeStage, read: FieldReader, batch_size: int) -> None:
+        self.inner = inner
+        self.read = read
+        self.batch_size = batch_size
+        self.info = StageInfo(inner.info.name, inner.info.where, (*inner.info.counts, "fields"))
+
+    def acquire(self) -> FieldsBuffer:
+        return FieldsBuffer(self.inner.acquire(), [None] * self.batch_size)
+
+    def fill(self, gid: int, buffer: FieldsBuffer, j: int) -> None:
+        self.inner.fill(gid, buffer.inner, j)  # a replacement refills both, so they stay paired
+        buffer.fields[j] = self.read(gid)
+
+    def finish(self, job: Job) -> tuple[Any, list[dict[str, Any]]]:
+        buffer: FieldsBuffer = job.slot
+        job.slot = buffer.inner  # the decode stage finishes its own buffer
+        try:
+            value = self.inner.finish(job)
+        finally:
+            job.slot = buffer
+        return value, [buffer.fields[i] or {} for i in np.flatnonzero(job.ok)]
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class NoImage:
+    """The decode stage when no field is named ``image``: nothing per sample but the fields."""
+
+    info = StageInfo("fetch", "sample", ("fetch",))
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def acquire(self) -> list[None]:
+        return [None] * self.batch_size
+
+    def fill(self, gid: int, buffer: list[Any], j: int) -> None:
+        buffer[j] = gid
+
+    def finish(self, job: Job) -> None:
+        return None
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,166 @@
+"""General samples (``fields=``): any WebDataset member as a named field of dict batches,
+paired with its image and key under shuffle, through every decode choice, with the
+bad-sample policy, resume and distributed splits as for (images, labels) batches."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import turbofeed
+from builders import small_jpeg, write_tar
+from turbofeed import transforms as T
+from turbofeed.decode import decode_mask
+from turbofeed.errors import SampleError
+
+SHARDS, PER_SHARD = 3, 20
+
+
+def mask_png(seed: int) -> bytes:
+    values = np.random.default_rng(seed).integers(0, 21, (32, 32), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(values, mode="L").save(out, format="PNG")
+    return out.getvalue()
+
+
+def caption(key: str) -> str:
+    # numbers and words mixed: as labels this would be an error, as captions it is text
+    return key if int(key[-2:]) % 2 else f"a photo numbered {key}"
+
+
+@pytest.fixture(scope="module")
+def laion(tmp_path_factory) -> str:
+    """LAION/img2dataset-style shards: KEY.jpg, KEY.txt (caption), KEY.json (metadata),
+    KEY.cls, KEY.seg.png (a class-index mask); every fifth sample has no .json."""
+    root = tmp_path_factory.mktemp("laion")
+    for s in range(SHARDS):
+        members = []
+        for i in range(PER_SHARD):
+            key = f"{s}{i:04d}"
+            members += [(f"{key}.jpg", small_jpeg(seed=s * 100 + i)), (f"{key}.txt", caption(key).encode()),
+                        (f"{key}.cls", str(i % 7).encode()), (f"{key}.seg.png", mask_png(s * 100 + i))]
+            if i % 5:
+                members.append((f"{key}.json", json.dumps({"key": key, "width": 32}).encode()))
+        write_tar(str(root / f"laion-{s:05d}.tar"), members)
+    return str(root)
+
+
+def all_keys() -> set[str]:
+    return {f"{s}{i:04d}" for s in range(SHARDS) for i in range(PER_SHARD)}
+
+
+FIELDS = {"image": "jpg;png", "caption": "txt", "meta": "json?", "label": "cls"}
+
+
+def test_fields_are_paired_with_their_key_under_shuffle(laion):
+    loader = turbofeed.DataLoader(laion, batch_size=8, num_workers=2, shuffle=True, seed=3, fields=FIELDS,
+                                  transform=T.imagenet_eval(16))
+    seen = []
+    for batch in loader:
+        assert list(batch) == ["image", "caption", "meta", "label", "__key__", "__url__"]
+        n = len(batch["__key__"])
+        assert batch["image"].shape == (n, 3, 16, 16) and batch["image"].dtype == torch.uint8
+        assert batch["label"].dtype == torch.int64 and batch["label"].shape == (n,)
+        for key, text, meta, label, url in zip(batch["__key__"], batch["caption"], batch["meta"],
+                                               batch["label"].tolist(), batch["__url__"]):
+            assert text == caption(key) and label == int(key[-2:]) % 7 and url.endswith(f"laion-0000{key[0]}.tar")
+            assert meta is None if int(key[1:]) % 5 == 0 else meta == {"key": key, "width": 32}
+        seen += batch["__key__"]
+    assert sorted(seen) == sorted(all_keys())  # every sample once, none lost for lacking a label
+
+
+def test_the_image_field_is_the_same_pixels_as_the_classic_loader(laion):
+    kw = dict(batch_size=8, num_workers=2, shuffle=True, seed=5, transform=T.imagenet_train(16))
+    classic = [(x, k) for x, _, k in turbofeed.DataLoader(laion, return_keys=True, **kw)]
+    general = [(b["image"], b["__key__"]) for b in turbofeed.DataLoader(laion, fields={"image": "jpg"}, **kw)]
+    for (cx, ck), (gx, gk) in zip(classic, general, strict=True):
+        assert [k.split("/")[1] for k in ck] == gk and torch.equal(cx, gx)
+
+
+def test_masks_keep_their_class_indices(laion):
+    loader = turbofeed.DataLoader(laion, batch_size=10, num_workers=2, fields={"image": "jpg", "mask": "seg.png"},
+                                  decoders={"seg.png": decode_mask}, transform=T.imagenet_eval(16))
+    for batch in loader:
+        assert batch["mask"].shape == (10, 32, 32) and batch["mask"].dtype == torch.uint8
+        for key, mask in zip(batch["__key__"], batch["mask"]):
+            s, i = int(key[0]), int(key[1:])
+            expected = np.random.default_rng(s * 100 + i).integers(0, 21, (32, 32), dtype=np.uint8)
+            assert np.array_equal(mask.numpy(), expected)
+
+
+@pytest.mark.parametrize("on_error", ["replace", "skip", "raise"])
+def test_a_missing_required_field_is_a_bad_sample(laion, on_error):
+    loader = turbofeed.DataLoader(laion, batch_size=10, num_workers=2, on_error=on_error,
+                                  fields={"image": "jpg", "meta": "json"}, transform=T.imagenet_eval(16))
+    if on_error == "raise":
+        with pytest.raises(SampleError, match=r"fetch: .*laion-00000\.tar/00000: no json member for field 'meta'"):
+            list(loader)
+        return
+    batches = list(loader)
+    keys = [k for b in batches for k in b["__key__"]]
+    assert all(int(k[1:]) % 5 for k in keys)  # no sample without its metadata
+    assert loader.stats.errors["fetch"] == 12  # 4 per shard, each counted once
+    if on_error == "replace":
+        assert [len(b["__key__"]) for b in batches] == [10] * 6
+    else:
+        assert sum(len(b["__key__"]) for b in batches) == 48
+
+
+def test_a_field_that_cannot_be_decoded_names_its_sample_and_field(tmp_path):
+    members = [("a.jpg", small_jpeg(1)), ("a.json", b'{"ok": 1}'), ("b.jpg", small_jpeg(2)), ("b.json", b"{not json")]
+    path = write_tar(str(tmp_path / "bad.tar"), members)
+    loader = turbofeed.DataLoader(path, batch_size=2, num_workers=1, on_error="raise",
+                                  fields={"image": "jpg", "meta": "json"}, transform=T.imagenet_eval(16))
+    with pytest.raises(SampleError, match=r"bad\.tar/b: field 'meta': json member is not valid JSON"):
+        list(loader)
+
+
+def test_fields_without_an_image_and_through_the_pipeline(laion):
+    loader = turbofeed.DataLoader(laion, batch_size=16, num_workers=2, fields={"caption": "txt", "label": "cls"})
+    batch = next(iter(loader))
+    assert "image" not in batch and batch["caption"] == [caption(k) for k in batch["__key__"]]
+    pipe = turbofeed.Pipeline(laion, num_workers=2, shuffle=True, fields={"image": "jpg", "caption": "txt"})
+    samples = list(pipe)
+    assert sorted(s.key for s in samples) == sorted(all_keys())
+    assert all(s["caption"] == caption(s.key) and s["image"].shape == (32, 32, 3) for s in samples)
+    with pytest.raises(KeyError, match="has no field 'meta'"):
+        samples[0]["meta"]
+
+
+def test_the_first_listed_extension_wins(tmp_path):
+    gray = io.BytesIO()
+    Image.fromarray(np.full((20, 24, 3), 7, np.uint8)).save(gray, format="PNG")
+    path = write_tar(str(tmp_path / "both.tar"), [("k.jpg", small_jpeg(3)), ("k.png", gray.getvalue())])
+    png_first = next(iter(turbofeed.DataLoader(path, batch_size=1, num_workers=1, fields={"image": "png;jpg"},
+                                               transform=T.Compose([T.Resize((20, 24))]))))
+    assert png_first["image"].shape == (1, 3, 20, 24) and int(png_first["image"].max()) == 7
+
+
+def test_resume_with_dict_batches_is_exact(laion):
+    kw = dict(batch_size=6, num_workers=2, shuffle=True, seed=9, fields={"image": "jpg", "caption": "txt"},
+              transform=T.imagenet_train(16))
+    full = turbofeed.DataLoader(laion, **kw)
+    expected = [(b["__key__"], b["image"]) for b in full]
+    first = turbofeed.DataLoader(laion, **kw)
+    it = iter(first)
+    for _ in range(4):
+        next(it)
+    state = first.state_dict()
+    resumed = turbofeed.DataLoader(laion, **kw)
+    resumed.load_state_dict(state)
+    rest = [(b["__key__"], b["image"]) for b in resumed]
+    assert len(rest) == len(expected) - 4
+    assert all(k1 == k2 and torch.equal(x1, x2) for (k1, x1), (k2, x2) in zip(rest, expected[4:]))
+
+
+def test_distributed_ranks_split_dict_batches_without_overlap(laion):
+    ranks = [turbofeed.DataLoader(laion, batch_size=7, num_workers=1, shuffle=True, seed=1, rank=r, world_size=2,
+                                  fields={"caption": "txt"}) for r in range(2)]
+    keys = [[k for b in loader for k in b["__key__"]] for loader in ranks]
+    assert len(ranks[0]) == len(ranks[1])  # equal steps
+    assert not set(keys[0]) & set(keys[1]) and set(keys[0]) | set(keys[1]) == all_keys()
