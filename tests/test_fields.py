@@ -164,3 +164,68 @@ def test_distributed_ranks_split_dict_batches_without_overlap(laion):
     keys = [[k for b in loader for k in b["__key__"]] for loader in ranks]
     assert len(ranks[0]) == len(ranks[1])  # equal steps
     assert not set(keys[0]) & set(keys[1]) and set(keys[0]) | set(keys[1]) == all_keys()
+
+
+def blocks(seed: int, size: tuple[int, int] = (48, 64), block: int = 4) -> np.ndarray:
+    """A class-index mask of ``block``-pixel squares (ids 0..20)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 21, (size[0] // block, size[1] // block), dtype=np.uint8)
+    return np.repeat(np.repeat(ids, block, 0), block, 1)
+
+
+def png_of(array: np.ndarray, format: str = "PNG") -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, format=format, **({"quality": 100} if format == "JPEG" else {}))
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def segmentation(tmp_path_factory) -> str:
+    """Images whose pixels say where they are (red = 4 * column, green = 4 * row: linear
+    ramps, which a bilinear resample keeps exact away from the borders) and two paired
+    masks holding each pixel's column and row: KEY.png, KEY.mx.png, KEY.my.png."""
+    root = tmp_path_factory.mktemp("seg")
+    rows, cols = np.mgrid[0:48, 0:64].astype(np.uint8)
+    image = np.stack([cols * 4, rows * 4, np.zeros_like(rows)], axis=2)
+    members = []
+    for i in range(24):
+        members += [(f"s{i:03d}.png", png_of(image)), (f"s{i:03d}.jpg", png_of(image, "JPEG")),
+                    (f"s{i:03d}.mx.png", png_of(cols)), (f"s{i:03d}.my.png", png_of(rows))]
+    return write_tar(str(root / "seg.tar"), members)
+
+
+@pytest.mark.parametrize("image, tolerance", [("png", 0.75), ("jpg", 1.0)])  # general and native decode
+def test_a_paired_mask_gets_the_image_crop_and_flip_pixel_for_pixel(segmentation, image, tolerance):
+    loader = turbofeed.DataLoader(segmentation, batch_size=8, num_workers=2, shuffle=True, seed=2,
+                                  fields={"image": image, "mx": "mx.png", "my": "my.png"},
+                                  decoders={"mx.png": decode_mask, "my.png": decode_mask}, paired=["mx", "my"],
+                                  transform=[T.RandomResizedCrop(24), T.RandomHorizontalFlip()])
+    checked = flipped = 0
+    for batch in loader:
+        assert batch["image"].shape == (8, 3, 24, 24) and batch["mx"].shape == batch["my"].shape == (8, 24, 24)
+        for pixels, mx, my in zip(batch["image"].numpy().astype(float), batch["mx"].numpy(), batch["my"].numpy()):
+            # the image's ramps give the source position each output pixel was sampled at;
+            # the masks, the source pixel nearest-neighbour took: the same within half a pixel
+            inside = (mx > 2) & (mx < 61) & (my > 2) & (my < 45)  # ramps clamp at the borders
+            assert np.all(np.abs(pixels[0] / 4 - mx)[inside] <= tolerance)
+            assert np.all(np.abs(pixels[1] / 4 - my)[inside] <= tolerance)
+            checked += int(inside.sum())
+            flipped += int(mx[0, 0] > mx[0, -1])
+    assert checked > 24 * 24 * 24 // 4 and 0 < flipped < 24  # flips happened, and not always
+
+
+def test_nearest_scales_the_window_to_a_mask_of_another_size():
+    from turbofeed.transforms import Window, nearest
+
+    full = blocks(5)
+    half = full[::2, ::2]
+    window = Window((5.5, 3.25, 50.0, 40.5), 17, 23, flip=True)
+    assert np.array_equal(nearest(half, window, full.shape), nearest(full, window, full.shape))
+
+
+def test_paired_needs_a_field_an_image_and_a_transform(segmentation):
+    with pytest.raises(ValueError, match="'depth' is not one of the fields"):
+        turbofeed.DataLoader(segmentation, fields={"image": "png", "mask": "seg.png"}, paired=["depth"],
+                             transform=T.imagenet_eval(16))
+    with pytest.raises(ValueError, match="take the crop window of the 'image' field"):
+        turbofeed.DataLoader(segmentation, fields={"image": "png", "mask": "seg.png"}, paired=["mask"])

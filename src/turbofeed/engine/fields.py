@@ -17,7 +17,7 @@ position and hands them on with the decode stage's own batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ import numpy as np
 from ..decode.fields import decode_field
 from ..io import pick_member
 from ..io.table import IMAGE_EXTENSIONS
+from ..transforms import nearest
 from .stages import DecodeStage, StageInfo
 from .work import SampleWork
 
@@ -73,14 +74,35 @@ def parse_fields(fields: Mapping[str, str]) -> list[FieldSpec]:
     return [FieldSpec.parse(name, spec) for name, spec in fields.items()]
 
 
+def check_paired(specs: list[FieldSpec], paired: Collection[str], has_transform: bool) -> frozenset[str]:
+    """The fields that share the image's crop window and flip.
+
+    Raises:
+        ValueError: a paired name that is not a field, is the image itself, or no image
+            field or no transform to take the window from.
+    """
+    names = {s.name for s in specs}
+    for name in paired:
+        if name not in names or name == IMAGE:
+            raise ValueError(f"paired={list(paired)!r}: {name!r} is not one of the fields other than "
+                             f"'image' ({sorted(names - {IMAGE})})")
+    if paired and (IMAGE not in names or not has_transform):
+        raise ValueError("paired fields take the crop window of the 'image' field: ask for an 'image' field "
+                         "and give a transform")
+    return frozenset(paired)
+
+
 class FieldReader:
-    """Reads and decodes the fields other than ``image`` of one sample (worker threads)."""
+    """Reads and decodes the fields other than ``image`` of one sample (worker threads);
+    the ``paired`` ones (masks, depth maps) get the image's crop window and flip,
+    nearest-neighbour (:func:`turbofeed.transforms.nearest`)."""
 
     def __init__(self, work: SampleWork, specs: list[FieldSpec],
-                 decoders: Mapping[str, Callable[[bytes], Any]] | None) -> None:
+                 decoders: Mapping[str, Callable[[bytes], Any]] | None, paired: Collection[str] = ()) -> None:
         self.work = work
         self.specs = [s for s in specs if s.name != IMAGE]
         self.decoders = decoders
+        self.paired = frozenset(paired)
 
     def __call__(self, gid: int) -> dict[str, Any]:
         dataset = self.work.dataset
@@ -104,10 +126,20 @@ class FieldReader:
                                      max_pixels=self.work.max_pixels)
             except Exception as exc:
                 raise self.work.error(gid, "decode.cpu", ValueError(f"field {spec.name!r}: {exc}")) from exc
+            if spec.name in self.paired:
+                value = self._paired(gid, spec.name, value)
             if isinstance(value, np.ndarray) and value.ndim == 3 and ext.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS:
                 value = np.ascontiguousarray(value.transpose(2, 0, 1))  # images are (3, H, W), as "image"
             out[spec.name] = value
         return out
+
+
+    def _paired(self, gid: int, name: str, value: Any) -> np.ndarray:
+        found = self.work.last_window(gid)  # the image was decoded just before, in this thread
+        if found is None or not isinstance(value, np.ndarray) or value.ndim not in (2, 3):
+            why = "the image's window is unknown" if found is None else f"it decoded to {type(value).__name__}"
+            raise self.work.error(gid, "augment", ValueError(f"field {name!r} is paired with the image but {why}"))
+        return nearest(value, *found)
 
 
 @dataclass

@@ -40,7 +40,7 @@ def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transfor
     try:
         info = probe(data)
         check_pixels(info.height, info.width, work.max_pixels)
-        return transform.window(info.height, info.width, work.rng(gid))
+        return work.window(gid, info.height, info.width, transform)
     except Exception as exc:
         raise work.error(gid, "decode.gpu", exc) from exc
 
@@ -66,7 +66,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     try:
         pixels = decode(data, max_pixels=work.max_pixels)  # read once per epoch, not per image
         height, width = pixels.shape[:2]
-        window = None if transform is None else transform.window(height, width, work.rng(gid))
+        window = None if transform is None else work.window(gid, height, width, transform)
     except Exception as exc:
         raise work.error(gid, "decode.cpu", exc) from exc
     return data, window, pixels_tensor(pixels, device)

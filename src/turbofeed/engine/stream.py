@@ -35,14 +35,17 @@ class Job:
         self.ids = np.full(len(positions), -1, dtype=np.int64)  # sample id that filled each slot
         self.ok = np.ones(len(positions), dtype=bool)
         self.error: BaseException | None = None
+        self.error_at = len(positions)  # the position whose error ``error`` is
         self._remaining = len(positions)
         self._lock = threading.Lock()
         self.done = threading.Event()
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException, j: int) -> None:
+        """Position ``j`` failed: the batch raises the error of its first failed position,
+        whichever thread finished first, so a run raises the same error every time."""
         with self._lock:
-            if self.error is None:
-                self.error = error
+            if j < self.error_at:
+                self.error, self.error_at = error, j
 
     def finish_one(self) -> None:
         with self._lock:
@@ -67,10 +70,10 @@ class _Runner:
 
     def run(self, job: Job, j: int) -> None:
         try:
-            if job.error is None and not self.stop.is_set():
+            if j < job.error_at and not self.stop.is_set():  # earlier positions may still fail first
                 self._fill_position(job, j)
         except BaseException as exc:  # travels to the caller's thread through the job
-            job.fail(exc)
+            job.fail(exc, j)
         finally:
             job.finish_one()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,11 +14,12 @@ import numpy as np
 from ..decode import decode, is_jpeg, max_pixels, native, probe
 from ..errors import ImageTooLarge, SampleError
 from ..io import Dataset, pick_member
-from ..transforms import Compose, resample, write_slot
+from ..transforms import Compose, Window, resample, write_slot
 from .slots import Slot
 from .stats import Stats
 
 _MASK64 = (1 << 64) - 1
+_LAST = threading.local()  # (sample id, window, image size) this thread chose last
 
 
 @dataclass
@@ -119,7 +121,7 @@ class SampleWork:
         started = time.perf_counter()
         try:
             height, width = size or native.header(data)[:2]
-            window = transform.window(height, width, self.rng(gid))
+            window = self.window(gid, height, width, transform)
             spec = transform.output
             if out is None:
                 out = np.empty((window.height, window.width, 3), np.uint8)
@@ -153,7 +155,7 @@ class SampleWork:
             window = None
             if transform is not None:
                 info = probe(data)  # the crop window comes from the header, before decoding
-                window = transform.window(info.height, info.width, self.rng(gid))
+                window = self.window(gid, info.height, info.width, transform)
             image = decode(data, max_pixels=self.max_pixels)  # checks the header first
             decoded = time.perf_counter()
             stage = "augment"
@@ -161,7 +163,7 @@ class SampleWork:
             if window is not None and transform is not None:  # (a window means a transform)
                 if image.shape[:2] != (info.height, info.width):  # header lied; trust pixels
                     height, width = image.shape[:2]
-                    window = transform.window(height, width, self.rng(gid))
+                    window = self.window(gid, height, width, transform)
                 image, flip = resample(image, window), window.flip
         except SampleError:
             raise
@@ -170,6 +172,21 @@ class SampleWork:
         done = time.perf_counter()
         self.stats.add_times(decode_cpu=decoded - started, augment=done - decoded)
         return Decoded(image, flip, int(self.dataset.labels[gid]))
+
+    def window(self, gid: int, height: int, width: int, transform: Compose) -> Window:
+        """The crop window of sample ``gid`` (an image of ``height x width``), from the
+        sample's own rng; remembered for this thread, for the fields paired with the
+        image (:meth:`last_window`)."""
+        window = transform.window(height, width, self.rng(gid))
+        _LAST.window = (gid, window, (height, width))
+        return window
+
+    @staticmethod
+    def last_window(gid: int) -> tuple[Window, tuple[int, int]] | None:
+        """The window this thread chose last, with the image size it was chosen for, if
+        it was for sample ``gid`` (the image field is decoded right before the others)."""
+        last = getattr(_LAST, "window", None)
+        return (last[1], last[2]) if last is not None and last[0] == gid else None
 
     def rng(self, gid: int) -> random.Random:
         # One integer holds all three (Mersenne Twister seeding hashes every bit of it).

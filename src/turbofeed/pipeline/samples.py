@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from ..decode import decode
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
-from ..engine.fields import IMAGE, parse_fields
+from ..engine.fields import IMAGE, check_paired, parse_fields
 from ..engine.run import BatchStage, Engine
 from ..engine.stages import StageInfo
 from ..engine.stream import Job
@@ -132,8 +132,8 @@ class Pipeline:
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for
             :class:`turbofeed.DataLoader`).
-        fields, decoders: general samples (as for :class:`turbofeed.DataLoader`): each
-            sample's other fields in ``sample.fields`` and ``sample["name"]``.
+        fields, decoders, paired: general samples (as for :class:`turbofeed.DataLoader`):
+            each sample's other fields in ``sample.fields`` and ``sample["name"]``.
 
     Example::
 
@@ -156,9 +156,10 @@ class Pipeline:
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None) -> None:
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = ()) -> None:
         self.fields = None if fields is None else parse_fields(fields)
         self.decoders = decoders
+        self.paired = check_paired(self.fields or [], paired, transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
                                    format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
@@ -221,7 +222,7 @@ class Pipeline:
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
                               fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields,
-                              decoders=self.decoders)
+                              decoders=self.decoders, paired=self.paired)
         then = []
         if self.decoder is not None or self.fields is not None:
             gpu, has_fields = self.decoder is not None, self.fields is not None

@@ -76,7 +76,7 @@ class _LoaderIterator:
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
                               shape=chw_with_label, callables=callables, fields=loader.fields,
-                              decoders=loader.decoders)
+                              decoders=loader.decoders, paired=loader.paired)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None

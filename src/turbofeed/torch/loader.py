@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import threading
 import weakref
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
-from ..engine.fields import parse_fields
+from ..engine.fields import check_paired, parse_fields
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
@@ -88,6 +88,8 @@ class DataLoader(TorchDropIn):
             yields dict batches (``image`` through ``transform``, other members decoded
             by type, ``__key__``, ``__url__``; ``?``: optional); see docs/samples.md.
         decoders: ``{ext: fn(bytes)}`` overriding how a field's member is decoded.
+        paired: fields (masks, depth maps) given the image's crop window and flip,
+            nearest-neighbour, e.g. ``paired=["mask"]`` for segmentation.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -112,11 +114,12 @@ class DataLoader(TorchDropIn):
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
                  hybrid: bool = False, classes: list[str] | None = None,
                  batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None) -> None:
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = ()) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.fields = None if fields is None else parse_fields(fields)
         self.decoders = decoders
+        self.paired = check_paired(self.fields or [], paired, transform is not None)
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
                                    format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy

@@ -5,10 +5,10 @@ from .compose import Compose
 from .geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Window
 from .output import IMAGENET_MEAN, IMAGENET_STD, Normalize, ToDtype
 from .presets import imagenet_eval, imagenet_train
-from .render import hwc_pixels, resample, write_slot
+from .render import hwc_pixels, nearest, resample, write_slot
 
 __all__ = [
     "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
-    "RandomResizedCrop", "Resize", "ToDtype", "Window", "hwc_pixels", "imagenet_eval", "imagenet_train",
+    "RandomResizedCrop", "Resize", "ToDtype", "Window", "hwc_pixels", "imagenet_eval", "imagenet_train", "nearest",
     "resample", "write_slot",
 ]

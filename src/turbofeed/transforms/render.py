@@ -24,6 +24,27 @@ def resample(image: np.ndarray, window: Window) -> np.ndarray:
     return np.asarray(pil.resize((window.width, window.height), Image.Resampling.BILINEAR, box=box))
 
 
+def nearest(pixels: np.ndarray, window: Window, source: tuple[int, int]) -> np.ndarray:
+    """The image's crop window and flip applied to a paired field (a mask, a depth map):
+    nearest-neighbour, so class indices stay class indices.
+
+    ``window`` was chosen for an image of ``source`` (height, width); ``pixels`` (H, W)
+    or (H, W, C) may have another size, the box is scaled to it. Output pixel ``(y, x)``
+    takes the source pixel holding the centre of the area it covers, as a bilinear
+    resample of the image centres its samples, so the two stay aligned pixel for pixel.
+    """
+    height, width = pixels.shape[:2]
+    x0, y0, x1, y1 = window.box
+    sy, sx = height / source[0], width / source[1]
+    rows = y0 * sy + (np.arange(window.height) + 0.5) * ((y1 - y0) * sy / window.height)
+    cols = x0 * sx + (np.arange(window.width) + 0.5) * ((x1 - x0) * sx / window.width)
+    rows = np.clip(np.floor(rows).astype(np.int64), 0, height - 1)
+    cols = np.clip(np.floor(cols).astype(np.int64), 0, width - 1)
+    if window.flip:
+        cols = cols[::-1]
+    return pixels[rows[:, None], cols[None, :]]
+
+
 def write_slot(pixels: np.ndarray, out: np.ndarray, *, flip: bool, channels_first: bool,
                output: OutputSpec | None) -> None:
     """Copy HWC uint8 ``pixels`` into ``out`` (CHW or HWC), flipped and converted as asked.
