@@ -229,3 +229,39 @@ def test_paired_needs_a_field_an_image_and_a_transform(segmentation):
                              transform=T.imagenet_eval(16))
     with pytest.raises(ValueError, match="take the crop window of the 'image' field"):
         turbofeed.DataLoader(segmentation, fields={"image": "png", "mask": "seg.png"}, paired=["mask"])
+
+
+def test_map_collate_and_classes_on_general_samples(tmp_path):
+    members = []
+    for i in range(12):
+        members += [(f"k{i:02d}.jpg", small_jpeg(i)), (f"k{i:02d}.txt", ["cat", "dog", "eel"][i % 3].encode()),
+                    (f"k{i:02d}.json", json.dumps({"w": i}).encode())]
+    path = write_tar(str(tmp_path / "named.tar"), members)
+    classes = ["eel", "dog", "cat"]
+
+    def add_area(fields: dict) -> dict:
+        assert fields["__key__"].startswith("k")
+        return {**fields, "double": fields["meta"]["w"] * 2}
+
+    loader = turbofeed.DataLoader(path, batch_size=6, num_workers=2, fields={"image": "jpg", "label": "txt",
+                                  "meta": "json"}, classes=classes, map=add_area, transform=T.imagenet_eval(16))
+    for batch in loader:
+        ids = [{"cat": 2, "dog": 1, "eel": 0}[["cat", "dog", "eel"][int(k[1:]) % 3]] for k in batch["__key__"]]
+        assert batch["label"].tolist() == ids  # names mapped through classes=
+        assert batch["double"].tolist() == [2 * w["w"] for w in batch["meta"]]  # what map added, collated
+    samples = turbofeed.Pipeline(path, num_workers=2, fields={"meta": "json"}, map=add_area)
+    assert all(s["double"] == 2 * s["meta"]["w"] for s in samples)
+
+    def pairs(samples: list[dict]) -> list[tuple]:
+        return [(s["__key__"], tuple(s["image"].shape), s["meta"]["w"]) for s in samples]
+
+    custom = turbofeed.DataLoader(path, batch_size=6, num_workers=2, fields={"image": "jpg", "meta": "json"},
+                                  collate=pairs, transform=T.imagenet_eval(16))
+    out = [p for batch in custom for p in batch]
+    assert sorted(out) == [(f"k{i:02d}", (3, 16, 16), i) for i in range(12)]
+    strict = turbofeed.DataLoader(path, batch_size=6, num_workers=1, on_error="raise", fields={"label": "txt"},
+                                  classes=["cat", "dog"])
+    with pytest.raises(SampleError, match="label 'eel' is not one of the 2 classes"):
+        list(strict)
+    with pytest.raises(ValueError, match="go with fields"):
+        turbofeed.DataLoader(path, map=add_area)

@@ -8,7 +8,7 @@ place that maps options to a decode stage is :func:`decode_stage`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import EpochPlan
 from ..transforms import Compose
-from .fields import IMAGE, FieldReader, FieldSpec, NoImage, WithFields, check_paired
+from .fields import FieldOptions, FieldReader, NoImage, WithFields
 from .policy import ErrorPolicy, PassPolicy
 from .slots import SlotPool
 from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
@@ -82,9 +82,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
                  decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
-                 callables: Sequence[Callable[[Any], Any]] = (), fields: list[FieldSpec] | None = None,
-                 decoders: Mapping[str, Callable[[bytes], Any]] | None = None,
-                 paired: Collection[str] = ()) -> DecodeStage:
+                 callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None) -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
@@ -103,8 +101,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     """
     transform: Compose | None = work.transform
     if fields is not None:
-        reader = FieldReader(work, fields, decoders, check_paired(fields, paired, transform is not None))
-        if not any(f.name == IMAGE for f in fields):
+        reader = FieldReader(work, fields)
+        if fields.image() is None:
             return WithFields(NoImage(batch_size), reader, batch_size)
         inner = decode_stage(work, plan, policy, batch_size=batch_size, decoder=decoder, hybrid=hybrid, pool=pool,
                              channels_last=channels_last, shape=shape, fetch_only=fetch_only, callables=callables)

@@ -17,7 +17,7 @@ position and hands them on with the decode stage's own batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,17 +92,61 @@ def check_paired(specs: list[FieldSpec], paired: Collection[str], has_transform:
     return frozenset(paired)
 
 
+@dataclass(frozen=True)
+class FieldOptions:
+    """What a front-end asked of general samples (see :class:`turbofeed.DataLoader`).
+
+    Attributes:
+        specs: the fields, in order.
+        decoders: ``{ext: fn(bytes)}`` overriding the decode of a member.
+        paired: fields given the image's crop window and flip.
+        map: ``fn(fields) -> fields`` on each sample's fields other than the image (with
+            ``__key__`` and ``__url__``), in the worker threads, after decoding.
+        classes: ``{name: id}``: a ``label`` field given by name becomes its id.
+    """
+
+    specs: list[FieldSpec]
+    decoders: Mapping[str, Callable[[bytes], Any]] | None = None
+    paired: frozenset[str] = frozenset()
+    map: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    classes: Mapping[str, int] | None = None
+
+    @classmethod
+    def make(cls, fields: Mapping[str, str] | None, *, decoders: Mapping[str, Callable[[bytes], Any]] | None,
+             paired: Collection[str], map: Callable[[dict[str, Any]], dict[str, Any]] | None,
+             classes: Sequence[str] | None, has_transform: bool) -> FieldOptions | None:
+        """The options, checked (None without ``fields``).
+
+        Raises:
+            ValueError: a bad field name or spec, or options without ``fields``.
+        """
+        if fields is None:
+            if decoders or paired or map is not None:
+                raise ValueError("decoders=, paired= and map= go with fields={...}")
+            return None
+        specs = parse_fields(fields)
+        return cls(specs, decoders, check_paired(specs, paired, has_transform), map,
+                   None if classes is None else {name: i for i, name in enumerate(classes)})
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def image(self) -> FieldSpec | None:
+        return next((s for s in self.specs if s.name == IMAGE), None)
+
+
 class FieldReader:
     """Reads and decodes the fields other than ``image`` of one sample (worker threads);
     the ``paired`` ones (masks, depth maps) get the image's crop window and flip,
-    nearest-neighbour (:func:`turbofeed.transforms.nearest`)."""
+    nearest-neighbour (:func:`turbofeed.transforms.nearest`); then ``map``."""
 
-    def __init__(self, work: SampleWork, specs: list[FieldSpec],
-                 decoders: Mapping[str, Callable[[bytes], Any]] | None, paired: Collection[str] = ()) -> None:
+    def __init__(self, work: SampleWork, options: FieldOptions) -> None:
         self.work = work
-        self.specs = [s for s in specs if s.name != IMAGE]
-        self.decoders = decoders
-        self.paired = frozenset(paired)
+        self.specs = [s for s in options.specs if s.name != IMAGE]
+        self.decoders = options.decoders
+        self.paired = options.paired
+        self.map = options.map
+        self.classes = options.classes
 
     def __call__(self, gid: int) -> dict[str, Any]:
         dataset = self.work.dataset
@@ -131,7 +175,23 @@ class FieldReader:
             if isinstance(value, np.ndarray) and value.ndim == 3 and ext.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS:
                 value = np.ascontiguousarray(value.transpose(2, 0, 1))  # images are (3, H, W), as "image"
             out[spec.name] = value
-        return out
+        if self.classes is not None and isinstance(out.get("label"), str):
+            if out["label"] not in self.classes:
+                raise self.work.error(gid, "decode.cpu", ValueError(
+                    f"label {out['label']!r} is not one of the {len(self.classes)} classes"))
+            out["label"] = self.classes[out["label"]]
+        return out if self.map is None else self._mapped(gid, out)
+
+    def _mapped(self, gid: int, fields: dict[str, Any]) -> dict[str, Any]:
+        url, key = self.work.dataset.describe(gid)
+        try:
+            out = self.map({**fields, "__key__": key, "__url__": url})  # type: ignore[misc]
+            if not isinstance(out, dict):
+                raise TypeError(f"it returned {type(out).__name__}, not a dict")
+        except Exception as exc:
+            name = getattr(self.map, "__qualname__", repr(self.map))
+            raise self.work.error(gid, "augment", ValueError(f"map {name}: {exc}")) from exc
+        return {k: v for k, v in out.items() if k not in ("__key__", "__url__", IMAGE)}
 
 
     def _paired(self, gid: int, name: str, value: Any) -> np.ndarray:

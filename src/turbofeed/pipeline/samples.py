@@ -12,7 +12,7 @@ import numpy as np
 
 from ..decode import decode
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
-from ..engine.fields import IMAGE, check_paired, parse_fields
+from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
 from ..engine.stages import StageInfo
 from ..engine.stream import Job
@@ -132,7 +132,7 @@ class Pipeline:
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for
             :class:`turbofeed.DataLoader`).
-        fields, decoders, paired: general samples (as for :class:`turbofeed.DataLoader`):
+        fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
 
     Example::
@@ -156,10 +156,10 @@ class Pipeline:
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = ()) -> None:
-        self.fields = None if fields is None else parse_fields(fields)
-        self.decoders = decoders
-        self.paired = check_paired(self.fields or [], paired, transform is not None)
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
+                 map: Callable[[dict], dict] | None = None) -> None:
+        self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
+                                        has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
                                    format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
@@ -201,7 +201,7 @@ class Pipeline:
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)
-        image_field = next((f for f in self.fields or () if f.name == IMAGE), None)
+        image_field = None if self.fields is None else self.fields.image()
         work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch,
                           image_exts=None if image_field is None else image_field.exts)
         policy = self._policy.for_pass()
@@ -221,8 +221,7 @@ class Pipeline:
             return sample
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
-                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields,
-                              decoders=self.decoders, paired=self.paired)
+                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields)
         then = []
         if self.decoder is not None or self.fields is not None:
             gpu, has_fields = self.decoder is not None, self.fields is not None

@@ -69,14 +69,13 @@ class _LoaderIterator:
         callables = transform.callables if transform is not None else []
         if callables:  # the workers decode the fused part; the callables run after it
             worker_transform = transform.fused() if transform is not None else None
-        image_field = next((f for f in loader.fields or () if f.name == "image"), None)
+        image_field = None if loader.fields is None else loader.fields.image()
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch,
                           image_exts=None if image_field is None else image_field.exts)
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
-                              shape=chw_with_label, callables=callables, fields=loader.fields,
-                              decoders=loader.decoders, paired=loader.paired)
+                              shape=chw_with_label, callables=callables, fields=loader.fields)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
@@ -86,7 +85,7 @@ class _LoaderIterator:
                                stack=bool(callables), device=loader.device)
         deliver_images: Callable[[Job, Any], Any] = self.deliver if gpu_decoder is None else _on_device
         if loader.fields is not None:
-            deliver_images = _FieldsDeliver(deliver_images, [f.name for f in loader.fields], loader.dataset)
+            deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)
         then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")), deliver_images)]
         if loader.batch_transform is not None:
             then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
@@ -240,13 +239,17 @@ class _FieldsDeliver:
     """The deliver stage of general samples: the image field as the host or GPU batch of
     the decode stage, the other fields collated, ``__key__`` and ``__url__``."""
 
-    def __init__(self, images: Any, names: list[str], dataset: Any) -> None:
+    def __init__(self, images: Any, names: list[str], dataset: Any, collate: Any = None) -> None:
         self.images = images
         self.names = names
         self.dataset = dataset
+        self.collate = collate
 
     def __call__(self, job: Job, value: tuple[Any, list[dict[str, Any]]]) -> dict[str, Any]:
         inner, fields = value
         image = None if inner is None else self.images(job, inner)[0]
         described = [self.dataset.describe(int(gid)) for gid in job.ids[job.ok]]
+        if self.collate is not None:  # the user's: whole samples in, the batch out
+            return self.collate([{**({} if image is None else {"image": image[i]}), **found, "__key__": key,
+                                  "__url__": url} for i, (found, (url, key)) in enumerate(zip(fields, described))])
         return field_batch(self.names, image, fields, described)

@@ -40,10 +40,12 @@ def collate(values: Sequence[Any]) -> Any:
 
 def field_batch(names: Sequence[str], image: Any, fields: Sequence[dict[str, Any]],
                 described: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """The dict batch: ``image`` (when asked for), each other field collated, then
-    ``__key__`` (the WebDataset key) and ``__url__`` (the shard) of every sample."""
+    """The dict batch: ``image`` (when asked for), each other field collated (the ones
+    asked for, then any a ``map`` added), then ``__key__`` (the WebDataset key) and
+    ``__url__`` (the shard) of every sample."""
     batch: dict[str, Any] = {}
-    for name in names:
+    added = [k for f in fields for k in f if k not in names]
+    for name in [*names, *dict.fromkeys(added)]:
         if name == "image":
             batch[name] = image
         else:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
-from ..engine.fields import check_paired, parse_fields
+from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
 from ..plan import check_state, count_batches, make_state, plan_fingerprint
@@ -64,9 +64,8 @@ class DataLoader(TorchDropIn):
             ``device`` and ``decode(list[bytes]) -> list[tensor | None]``.
         hybrid: with ``gpu_decode``, split every batch between the GPU decoder and the
             CPU threads in proportion to the speed each has shown (timed per batch,
-            smoothed), so neither waits for the other; ``hybrid_share`` is the GPU's
-            current fraction. The CPU part is decoded into pinned uint8 host slots,
-            copied over and normalised on the device like the GPU part.
+            smoothed); ``hybrid_share`` is the GPU's current fraction. The CPU part goes
+            through pinned uint8 host slots, normalised on the device like the GPU part.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
             ``"parquet"``) when its extension does not say; see ``docs/formats.md``.
@@ -80,7 +79,7 @@ class DataLoader(TorchDropIn):
             strings, ImageFolder folders): the name ``classes[i]`` gets id ``i`` in every
             loader, whichever names its data holds (train and val agree). Without it, ids
             follow the sorted names found, with a warning. See :mod:`turbofeed.io.labels`.
-
+            With ``fields``: a ``label`` field given by name gets its id.
         batch_transform: ``fn(images, labels)`` run once per delivered batch, on its
             device (Mixup/CutMix, GPU augmentations); returns ``(images, labels)`` or the
             images alone; with ``fields``, ``fn(batch) -> batch``.
@@ -88,8 +87,9 @@ class DataLoader(TorchDropIn):
             yields dict batches (``image`` through ``transform``, other members decoded
             by type, ``__key__``, ``__url__``; ``?``: optional); see docs/samples.md.
         decoders: ``{ext: fn(bytes)}`` overriding how a field's member is decoded.
-        paired: fields (masks, depth maps) given the image's crop window and flip,
-            nearest-neighbour, e.g. ``paired=["mask"]`` for segmentation.
+        paired, map, collate: fields given the image's crop window and flip (masks:
+            ``paired=["mask"]``); ``map(fields) -> fields`` per sample; ``collate(samples)``
+            instead of the default dict batch. See docs/samples.md.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -114,12 +114,13 @@ class DataLoader(TorchDropIn):
                  format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
                  hybrid: bool = False, classes: list[str] | None = None,
                  batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = ()) -> None:
+                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
+                 map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
-        self.fields = None if fields is None else parse_fields(fields)
-        self.decoders = decoders
-        self.paired = check_paired(self.fields or [], paired, transform is not None)
+        self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
+                                        has_transform=transform is not None)
+        self.collate = collate  # general samples: the user's, instead of the dict batch
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
                                    format_options=format_options, s3=s3, classes=classes, labels=fields is None)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
@@ -397,4 +398,3 @@ class DataLoader(TorchDropIn):
     def __repr__(self) -> str:
         return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
                 f"rank={self.rank}/{self.world_size}, threads={self.num_threads}, transform={self.transform!r})")
-
