@@ -169,10 +169,15 @@ class S3Shards:
         if fd is not None:
             return fd
 
+        downloaded = []
+
         def write(fd: int) -> None:
             self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+            downloaded.append(True)
+        fd = self.cache.fill_open(name, info.size, write, self._stop)
+        if downloaded and fd is not None:  # counted once published: a reader finds it from now on
             self.client.stats.add(shards_downloaded=1)
-        return self.cache.fill_open(name, info.size, write, self._stop)
+        return fd
 
     def fetch(self, info: ObjectInfo) -> str | None:
         """The node cache's copy of the object, downloaded if needed; None if it cannot fit.
