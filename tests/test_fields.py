@@ -265,3 +265,11 @@ def test_map_collate_and_classes_on_general_samples(tmp_path):
         list(strict)
     with pytest.raises(ValueError, match="go with fields"):
         turbofeed.DataLoader(path, map=add_area)
+
+
+def test_the_image_field_of_an_image_folder_is_its_file(image_folder):
+    loader = turbofeed.DataLoader(image_folder, batch_size=4, num_workers=1, fields={"image": "jpg;png"},
+                                  transform=T.imagenet_eval(16))
+    batches = list(loader)
+    assert sum(len(b["__key__"]) for b in batches) == loader.num_samples
+    assert all(b["image"].shape[1:] == (3, 16, 16) for b in batches) and loader.stats.errors == {}

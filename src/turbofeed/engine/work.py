@@ -82,6 +82,9 @@ class SampleWork:
 
     def _image_ext(self, gid: int) -> str:
         assert self.image_exts is not None
+        source, i = self.dataset.locate(gid)
+        if not source.table.has_members:  # folders, arrays: the image is the sample's one member
+            return source.table.image_ext(i)
         present = self.dataset.member_exts(gid)
         ext = pick_member(present, self.image_exts)
         if ext is None:
