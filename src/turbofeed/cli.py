@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="--to npy: output height and width")
     convert.add_argument("--workers", type=positive, metavar="N", default=os.cpu_count() or 2,
                          help="--to npy: decode threads (default: the CPU count, %(default)s here)")
-    convert.add_argument("--format", choices=["tar", "folder", "hdf5", "zarr", "npy", "parquet"],
+    convert.add_argument("--format", choices=["tar", "folder", "hdf5", "zarr", "npy", "parquet", "tfrecord"],
                          help="what SRC is (default: from its extension, or a folder's contents)")
     convert.add_argument("-o", "--option", action="append", metavar="NAME=VALUE", type=name_value,
                          help="a format option, repeatable, e.g. -o images=pixels -o labels=none "

@@ -50,7 +50,7 @@ def test_built_in_sources_declare_their_capabilities(shard_paths, image_folder, 
 
 
 def test_every_format_is_opened_through_its_registry_entry(shard_paths, tmp_path):
-    assert FORMATS == ("tar", "folder", "hdf5", "zarr", "npy", "parquet")
+    assert FORMATS == ("tar", "folder", "hdf5", "zarr", "npy", "parquet", "tfrecord")
     assert set(KINDS) == {*FORMATS, "s3"}
     opener = Opener([("tar", shard_paths[0])], cache_dir=str(tmp_path))
     assert opener.shards is None  # no s3:// paths: no client, cache or prefetch threads

@@ -1,10 +1,10 @@
-"""Sources: tar shards (indexed), image folders, HDF5, Zarr, .npy and Parquet, ``s3://``
+"""Sources: tar shards (indexed), image folders, HDF5, Zarr, .npy, Parquet and TFRecord, ``s3://``
 shards; the dataset that joins them.
 
 Layout: :mod:`.source` (the protocol every source implements), :mod:`.registry` (which
 format a path holds, and the one factory that opens its source), :mod:`.dataset`;
 ``local/`` (tar shards and their index, folders, open files, writing shards),
-``arrays/`` (HDF5, Zarr, .npy, Parquet and their block cache), ``s3/`` (client, URLs,
+``arrays/`` (HDF5, Zarr, .npy, Parquet, TFRecord and the block cache), ``s3/`` (client, URLs,
 node cache, shards). Other packages import only the names below.
 """
 
@@ -12,6 +12,7 @@ from ..errors import MissingExtra
 from .arrays.hdf5 import HDF5Source
 from .arrays.npy import NpySource
 from .arrays.parquet import ParquetSource
+from .arrays.tfrecord import TFRecordSource
 from .arrays.zarr import ZarrSource
 from .dataset import Dataset
 from .local.folder import FolderSource
@@ -25,6 +26,6 @@ from .table import SampleTable, parse_label, pick_member, split_key
 
 __all__ = [
     "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",
-    "PathSpec", "S3Config", "SampleTable", "Source", "TarSource", "ZarrSource", "default_cache_dir",
+    "PathSpec", "S3Config", "SampleTable", "Source", "TFRecordSource", "TarSource", "ZarrSource", "default_cache_dir",
     "expand_braces", "load_index", "parse_label", "pick_member", "resolve", "split_key",
 ]

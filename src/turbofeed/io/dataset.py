@@ -41,9 +41,9 @@ class Dataset:
         spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.resolve`).
         on_damage: ``"raise"`` or ``"skip"`` for truncated/corrupt shards.
         cache_dir: tar index cache directory.
-        format: ``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"`` or ``"parquet"`` for
-            every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
-        format_options: names inside HDF5/Zarr/.npy/Parquet sources, e.g.
+        format: ``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"`` or
+            ``"tfrecord"`` for every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
+        format_options: names inside HDF5/Zarr/.npy/Parquet sources (TFRecord: feature names), e.g.
             ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays.common`).
         s3: endpoint, credentials and limits for ``s3://`` shards (an
             :class:`~turbofeed.io.S3Config`; default: the process default). Their

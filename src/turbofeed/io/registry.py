@@ -11,12 +11,13 @@ hdf5       ``.h5 .hdf5 .hdf .he5``           :class:`HDF5Source`          ``hdf5
 zarr       ``.zarr`` or Zarr metadata        :class:`ZarrSource`          ``zarr``
 npy        ``.npy`` (not a labels/keys file) :class:`NpySource`           (core)
 parquet    ``.parquet .pq``                  :class:`ParquetSource`       ``parquet``
+tfrecord   ``.tfrecord .tfrec .tfrecords``   :class:`TFRecordSource`      (core)
 (s3)       ``s3://`` tar shards              :class:`S3TarSource`         ``s3``
 =========  ================================  ===========================  ===========
 
 A directory holding ``.tar`` shards stays a shard list, and one with sub-folders an
 ImageFolder; a flat one holding data files of one of these formats is the list of those
-files (``images.npy`` beside its ``labels.npy``, a folder of Parquet files). ``s3://``
+files (``images.npy`` beside its ``labels.npy``, a folder of Parquet or TFRecord files). ``s3://``
 items are tar shards (listed by :func:`turbofeed.io.s3.urls.resolve_urls`), or a Zarr store
 when they end in ``.zarr``.
 
@@ -35,6 +36,7 @@ from ..errors import DatasetError
 from .arrays.hdf5 import HDF5Source
 from .arrays.npy import NpySource, is_sibling
 from .arrays.parquet import ParquetSource
+from .arrays.tfrecord import TFRecordSource
 from .arrays.zarr import ZarrSource, is_zarr_store
 from .local.folder import FolderSource
 from .local.index import TAR_SUFFIXES
@@ -111,6 +113,9 @@ KINDS: dict[str, Format] = {f.name: f for f in (
     Format("zarr", (".zarr",), lambda o, path: ZarrSource(path, o.format_options, s3=o.s3), array=True),
     Format("npy", (".npy",), lambda o, path: NpySource(path, o.format_options), array=True),
     Format("parquet", (".parquet", ".pq"), lambda o, path: ParquetSource(path, o.format_options), array=True),
+    Format("tfrecord", (".tfrecord", ".tfrec", ".tfrecords"),
+           lambda o, path: TFRecordSource(path, o.format_options, cache_dir=o.cache_dir,
+                                          on_damage=o.on_damage), array=True),
     Format("s3", TAR_SUFFIXES, _s3_shard),  # found by resolve() for s3:// tar shards, not by name
 )}
 #: The values of ``format=``.
@@ -155,7 +160,8 @@ def classify_file(path: str, format: str | None = None) -> tuple[str, str]:
     if path.endswith(TAR_SUFFIXES):
         return "tar", path
     raise DatasetError(f"{path}: not a .tar shard (or .tar.gz, .tgz, .tar.bz2, .tar.xz), a folder or a "
-                       "known array/table file (.h5, .zarr, .npy, .parquet); pass format=... to say what it is")
+                       "known array/table file (.h5, .zarr, .npy, .parquet, .tfrecord); pass format=... to say "
+                       "what it is")
 
 
 def expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
@@ -177,7 +183,7 @@ def expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
     if tars or any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path)):
         # tar shards, or class folders of an ImageFolder (as before)
         return tars or [("folder", path)]
-    for fmt in ("parquet", "hdf5", "npy"):
+    for fmt in ("parquet", "hdf5", "npy", "tfrecord"):
         found = _data_files(files, fmt)
         if found:
             return found
@@ -187,8 +193,8 @@ def expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
 def resolve(spec: PathSpec, format: str | None = None, *,
             s3: S3Config | None = None) -> list[tuple[str, str]]:
     """Return ``[(kind, path)]`` with kind ``"tar"``, ``"folder"`` or an array/table format
-    (``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"``: see the module docstring), in a stable
-    order. ``format`` says what every path is instead of its extension.
+    (``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"``, ``"tfrecord"``: see the module
+    docstring), in a stable order. ``format`` says what every path is instead of its extension.
     ``s3://`` items give kind ``"s3"`` (tar shard URLs, see
     :func:`turbofeed.io.s3.urls.resolve_urls`), reached with ``s3`` (an
     :class:`~turbofeed.io.S3Config`; default: the process default and the AWS variables

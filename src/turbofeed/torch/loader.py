@@ -68,9 +68,9 @@ class DataLoader(TorchDropIn):
             through pinned uint8 host slots, normalised on the device like the GPU part.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
-            ``"parquet"``) when its extension does not say; see ``docs/formats.md``.
+            ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
-            HDF5, Zarr, .npy and Parquet sources, e.g. ``{"images": "img", "labels": "y"}``.
+            HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g. ``{"images": "img", "labels": "y"}``.
         s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
             :class:`turbofeed.S3Config`; default: the AWS variables and profile).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
