@@ -1,7 +1,7 @@
 """io.s3.shards with a node cache smaller than the data, through a real S3 server (moto on
 127.0.0.1): every sample arrives exactly once with its own label, the cache never holds
 more than its bound, eviction never pulls a shard from under a reader, persisted
-indexes are right; empty and compressed objects under a prefix are reported."""
+indexes are right; empty and .tar.zst objects under a prefix are reported."""
 
 from __future__ import annotations
 
@@ -250,38 +250,41 @@ def _gz(data: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def mixed(server, bodies) -> dict[str, str]:
-    """s3://tf-trust/mixed/: a good shard, a zero-byte .tar, a .tar.gz and a .tgz."""
+    """s3://tf-trust/mixed/: a good shard, a zero-byte .tar, a .tar.gz, a .tgz and a .tar.zst."""
     client = S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test",
                                secret_access_key="test"))
     urls = {"good": f"s3://{BUCKET}/mixed/a-good.tar", "empty": f"s3://{BUCKET}/mixed/b-empty.tar",
-            "gz": f"s3://{BUCKET}/mixed/c-packed.tar.gz", "tgz": f"s3://{BUCKET}/mixed/d-packed.tgz"}
+            "gz": f"s3://{BUCKET}/mixed/c-packed.tar.gz", "tgz": f"s3://{BUCKET}/mixed/d-packed.tgz",
+            "zst": f"s3://{BUCKET}/mixed/e-packed.tar.zst"}
     client.put(urls["good"], _shard(0))
     client.put(urls["empty"], b"")
     client.put(urls["gz"], _gz(_shard(1)))
     client.put(urls["tgz"], _gz(_shard(2)))
+    client.put(urls["zst"], b"\x28\xb5\x2f\xfd" + _shard(3))  # the zstd magic: never decoded
     client.close()
     return urls
 
 
-def test_empty_and_compressed_objects_under_a_prefix_are_reported(mixed, caplog):
+def test_empty_and_zstd_objects_under_a_prefix_are_reported(mixed, caplog):
     configure(S3Config(retry=FAST_RETRY))
     caplog.set_level(logging.WARNING, logger="turbofeed")
     ds = Dataset(f"s3://{BUCKET}/mixed/")
-    assert len(ds) == PER_SHARD
-    bad = [mixed["empty"], mixed["gz"], mixed["tgz"]]
+    assert len(ds) == 3 * PER_SHARD  # the .tar, .tar.gz and .tgz are read
+    bad = [mixed["empty"], mixed["zst"]]
     assert sorted(ds.damaged) == bad
     for url in bad:
         assert any(url in r.getMessage() for r in caplog.records), f"no warning names {url}"
+    assert any("zstd-compressed tar, not read" in r.getMessage() for r in caplog.records)
     loader = turbofeed.DataLoader(f"s3://{BUCKET}/mixed/", batch_size=8, num_workers=4)
     assert sorted(loader.stats.damaged_shards) == bad
     assert sorted(loader.stats.as_dict()["damaged_shards"]) == bad
 
 
-def test_empty_and_compressed_objects_raise_under_on_error_raise(mixed):
+def test_empty_and_zstd_objects_raise_under_on_error_raise(mixed):
     configure(S3Config(retry=FAST_RETRY))
     with pytest.raises(DatasetError, match="b-empty.tar"):
         turbofeed.DataLoader([mixed["good"], mixed["empty"]], batch_size=8, on_error="raise")
-    with pytest.raises(DatasetError, match="c-packed.tar.gz"):
-        turbofeed.DataLoader(f"s3://{BUCKET}/mixed/*.tar.gz", batch_size=8, on_error="raise")
-    with pytest.raises(DatasetError, match=r"(b-empty.tar|c-packed.tar.gz|d-packed.tgz)"):
+    with pytest.raises(DatasetError, match="e-packed.tar.zst"):
+        turbofeed.DataLoader(f"s3://{BUCKET}/mixed/*.tar.zst", batch_size=8, on_error="raise")
+    with pytest.raises(DatasetError, match=r"(b-empty.tar|e-packed.tar.zst)"):
         turbofeed.DataLoader(f"s3://{BUCKET}/mixed/", batch_size=8, on_error="raise")

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import zlib
 from collections.abc import Callable
+from typing import BinaryIO, Protocol
 
 from ...errors import DatasetError
 from ..s3.cache import remove_file  # the node cache's helper: that module imports nothing of turbofeed
@@ -37,6 +38,10 @@ _CODECS: dict[str, tuple[bytes, Callable[..., io.BufferedIOBase]]] = {
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
 
+class Writable(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
 def compression_of(path: str) -> str | None:
     """``"gzip"``, ``"bzip2"`` or ``"xz"`` when ``path`` starts with that format's magic
     bytes, None for anything else (a plain tar, or not a tar at all).
@@ -45,11 +50,39 @@ def compression_of(path: str) -> str | None:
         DatasetError: a zstd-compressed file (no zstd in Python's standard library).
     """
     with open(path, "rb") as f:
-        head = f.read(6)
+        return _codec(f.read(6), path)
+
+
+def _codec(head: bytes, what: str) -> str | None:
     if head.startswith(_ZSTD):
-        raise DatasetError(f"{path}: zstd-compressed; turbofeed reads plain, gzip, bzip2 and xz "
+        raise DatasetError(f"{what}: zstd-compressed; turbofeed reads plain, gzip, bzip2 and xz "
                            "tar shards (decompress it once with `zstd -d`)")
     return next((name for name, (magic, _) in _CODECS.items() if head.startswith(magic)), None)
+
+
+def decompress(src: BinaryIO, out: Writable, what: str) -> str:
+    """Write the decompressed bytes of the compressed tar ``src`` (a binary file at offset
+    0) into ``out`` (anything with ``write``); returns the codec. ``what`` names the
+    shard in errors. Shared with the ``s3://`` shards (:mod:`turbofeed.io.s3.compressed`).
+
+    Raises:
+        DatasetError: not gzip, bzip2 or xz, or the stream is corrupt or cut short.
+        OSError: writing ``out`` failed (errno set: a full or read-only disk).
+    """
+    codec = _codec(src.read(6), what)
+    if codec is None:
+        raise DatasetError(f"{what}: not a compressed tar")
+    src.seek(0)
+    try:
+        with _CODECS[codec][1](src, "rb") as stream:
+            shutil.copyfileobj(stream, out, 1 << 20)
+    except (EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
+        # the codecs report bad data as EOFError, zlib.error, LZMAError or an OSError
+        # without errno; an OSError with one is the output's disk (full, read-only)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        raise DatasetError(f"{what}: corrupt or truncated {codec} stream ({exc})") from exc
+    return codec
 
 
 def plain_copy(path: str, identity: FileId, cache_dir: str) -> str:
@@ -67,23 +100,14 @@ def plain_copy(path: str, identity: FileId, cache_dir: str) -> str:
     if os.path.exists(target):
         return target
     os.makedirs(folder, exist_ok=True)
-    codec = compression_of(path)
-    if codec is None:
-        raise DatasetError(f"{path}: not a compressed tar")
-    opener = _CODECS[codec][1]
-    log.info("turbofeed: decompressing %s (%s) into %s", path, codec, folder)
+    log.info("turbofeed: decompressing %s into %s", path, folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{name}-", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, opener(path, "rb") as stream:
-            shutil.copyfileobj(stream, out, 1 << 20)
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+            decompress(src, out, path)
         os.replace(tmp, target)  # atomic: a reader sees a whole copy or none
-    except BaseException as exc:
+    except BaseException:
         remove_file(tmp)
-        # the codecs report bad data as EOFError, zlib.error, LZMAError or an OSError
-        # without errno; an OSError with one is the cache directory (full, read-only)
-        if isinstance(exc, (EOFError, zlib.error, lzma.LZMAError)) or (
-                isinstance(exc, OSError) and exc.errno is None):
-            raise DatasetError(f"{path}: corrupt or truncated {codec} stream ({exc})") from exc
         raise
     for entry in os.scandir(folder):  # older versions of this shard
         if entry.name.startswith(f"{name}-") and entry.path != target and entry.name.endswith(".tar"):

@@ -24,10 +24,12 @@ How a shard is read (``S3TarSource``):
    is on only when the whole dataset fits in the cache bound; otherwise a shuffled
    epoch would evict shards before their samples are read, and member GETs are cheaper.
 
-Objects that cannot be read as shards (zero bytes; compressed: no random access with
-ranged GETs) are not downloaded: their source has no samples and a ``damage`` that
-says why, so the dataset warns, lists them in ``damaged`` and raises under
-``on_damage="raise"``, as for a damaged local shard.
+Compressed objects (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``) are downloaded whole,
+decompressed once into a plain copy in the node cache and read from it
+(:mod:`turbofeed.io.s3.compressed`). Objects that cannot be read as shards (zero bytes,
+``.tar.zst``, a compressed one whose plain copy the cache cannot hold) have a source
+with no samples and a ``damage`` that says why, so the dataset warns, lists them in
+``damaged`` and raises under ``on_damage="raise"``, as for a damaged local shard.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ..local.index import (TarDamage, _build_index, cached_index, default_cache_
 from ..retry import RemoteError
 from ..source import Source
 from .cache import ShardCache, object_name, remove_file
+from .compressed import plain_copy, plain_index, read_plain
 from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
 from .errors import changed, not_found
 from .urls import COMPRESSED, shared_client, stat
@@ -114,17 +117,32 @@ class S3Shards:
         """Index one shard (see the module docstring) and return its source."""
         info = self.infos[url]
         unreadable = _unreadable(info)
-        if unreadable is not None:
-            index = unreadable_index(TarDamage(0, unreadable, cut=False))
-        else:
-            try:
-                index = self._index(info)
-            except (RemoteError, OSError) as exc:
-                raise DatasetError(f"{url}: cannot index: {exc}") from exc
-        src = S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
+        try:
+            if unreadable is not None:
+                index = unreadable_index(TarDamage(0, unreadable, cut=False))
+                src = S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
+            elif url.endswith(COMPRESSED):
+                src = self._open_compressed(info, on_damage, labels)
+            else:
+                src = S3TarSource(info, self._index(info), self, on_damage=on_damage, labels=labels)
+        except (RemoteError, OSError) as exc:
+            raise DatasetError(f"{url}: cannot index: {exc}") from exc
         with self._lock:
             self._by_index[self._order[url]] = src
         return src
+
+    def _open_compressed(self, info: ObjectInfo, on_damage: str, labels: bool) -> S3TarSource:
+        plain = plain_copy(self, info, _cache_name(info))
+        if isinstance(plain, str):  # why it has no plain copy: reported
+            index = unreadable_index(TarDamage(0, plain, cut=False))
+            return S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
+        try:
+            index = plain_index(self, info, plain[1], {"etag": info.etag, "size": info.size,
+                                                       "url": info.url, "s3_index": _S3_INDEX})
+            return S3TarSource(info, index, self, on_damage=on_damage, labels=labels, plain=plain)
+        except BaseException:
+            os.close(plain[0])
+            raise
 
     def _index_path(self, info: ObjectInfo) -> str:
         return os.path.join(self.index_dir, object_name(info.url, info.etag, info.size, ".json"))
@@ -243,9 +261,9 @@ def _cache_name(info: ObjectInfo) -> str:
 
 def _unreadable(info: ObjectInfo) -> str | None:
     """Why an object named as a shard is not read at all, or None."""
-    if info.url.endswith(COMPRESSED):
-        return ("compressed tar, not read from s3:// (no random access into it with ranged "
-                "GETs): decompress it once (e.g. `gunzip`) and upload the plain .tar")
+    if info.url.endswith(".tar.zst"):
+        return ("zstd-compressed tar, not read (no zstd in Python's standard library): "
+                "decompress it once (`zstd -d`) and upload the plain .tar")
     if info.size == 0:
         return "empty object (0 bytes)"
     return None
@@ -287,11 +305,12 @@ class S3TarSource(Source):
 
     ``read(i)`` serves sample ``i`` (``read_member(i, ext)`` one of its members) from the
     node cache's copy when present, else with one ranged GET (retried per the client's
-    policy). Thread-safe.
+    policy); a compressed object's only from ``plain`` (the pinned descriptor and path of
+    its plain copy, kept pinned until :meth:`close`). Thread-safe.
     """
 
     def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip",
-                 labels: bool = True) -> None:
+                 labels: bool = True, plain: tuple[int, str] | None = None) -> None:
         self.path = info.url
         self.info = info
         self._shards = shards
@@ -304,6 +323,10 @@ class S3TarSource(Source):
                 raise DatasetError(message)
             log.warning("turbofeed: %s", message)
         self.table = table_from_index(index, labels=labels)
+        self._plain = None if plain is None else plain[0]
+        if plain is not None:  # raising above leaves the descriptor to the caller
+            self._local = plain[1]  # never prefetched
+            self._unpin = weakref.finalize(self, os.close, plain[0])  # also when dropped unclosed
 
     def read(self, i: int) -> bytes:
         return self._read(int(self.table.offsets[i]), int(self.table.sizes[i]))
@@ -319,6 +342,9 @@ class S3TarSource(Source):
 
     def _read(self, offset: int, size: int) -> bytes:
         stats = self._shards.client.stats
+        if self._plain is not None:
+            stats.add(cache_hits=1)
+            return read_plain(self._plain, offset, size, self.path)
         local = self._local or self._shards.cache.lookup(self._name)
         if local is not None:
             try:
@@ -344,7 +370,9 @@ class S3TarSource(Source):
             raise
 
     def close(self) -> None:
-        if self._local is not None:
+        if self._plain is not None:
+            self._unpin()
+        elif self._local is not None:
             FILES.close(self._local)
 
     def __repr__(self) -> str:

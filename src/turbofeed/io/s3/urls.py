@@ -22,8 +22,8 @@ from .client import S3Client
 from .config import ObjectInfo, S3Config, default_config, parse_url
 from .errors import not_found
 
-# Shard suffixes, as for local paths: plain tars are read; the compressed ones are
-# listed to be reported (no random access into a compressed object with ranged GETs).
+# Shard suffixes, as for local paths: plain tars are read with ranged GETs; the compressed
+# ones from a plain copy in the node cache (io.s3.compressed), .tar.zst is reported.
 SHARD_SUFFIXES = TAR_SUFFIXES
 COMPRESSED = tuple(suffix for suffix in SHARD_SUFFIXES if suffix != ".tar")
 
@@ -82,7 +82,7 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
     ``s3://b/train/shard-{000..099}.tar`` (braces), ``s3://b/train/*.tar`` (glob),
     ``s3://b/train/`` or ``s3://b/train`` (every tar shard below the prefix, sorted).
     One LIST per folder, not one request per shard. Compressed (``.tar.gz``, ``.tgz``,
-    ...) and zero-byte shards are included: the dataset reports them.
+    ...) and zero-byte shards are included: the dataset reads or reports them.
 
     Raises:
         DatasetError: objects are missing, a prefix holds no tar shard, a pattern matches
