@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, CancelledError, Future, wait
 from typing import Any, TypeVar
 
@@ -110,25 +110,6 @@ class Executor:
             for f in futures:
                 f.cancel()
             wait(futures)
-
-    def map_unordered(self, fn: Callable[[T], Any], items: Iterable[T]) -> Iterator[Any]:
-        """Results of ``fn(item)`` as they finish (for progress bars); an error is raised
-        as soon as its item finishes, after cancelling the items not yet started."""
-        futures: list[Future] = []
-        try:
-            for item in items:
-                futures.append(self.submit(fn, item))
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for f in done:
-                    if f.cancelled():
-                        raise ExecutorClosed(f"turbofeed: the {self.name} threads were closed during the call")
-                    yield f.result()
-        finally:
-            for f in futures:
-                f.cancel()
-            wait(futures)  # none still runs when the caller goes on
 
     def _put(self, task: tuple[Future | None, Callable[..., Any], tuple]) -> None:
         with self._lock:

@@ -67,7 +67,8 @@ class SampleWork:
         started = time.perf_counter()
         data: bytes | memoryview | np.ndarray | None
         try:
-            if self.image_exts is not None and (ext := self._image_ext(gid)) != self.dataset.image_ext(gid):
+            ext = None if self.image_exts is None else self._other_image_member(gid)
+            if ext is not None:
                 data = self.dataset.read_member(gid, ext)  # the field asks for another member
                 if data is None:  # listed a moment ago: the shard changed under us
                     raise LookupError(f"no {ext} member any more")
@@ -80,17 +81,19 @@ class SampleWork:
         self.stats.add_fetch(time.perf_counter() - started, data.nbytes if isinstance(data, np.ndarray) else len(data))
         return data
 
-    def _image_ext(self, gid: int) -> str:
+    def _other_image_member(self, gid: int) -> str | None:
+        """The extension of the member the image field picks (first of ``image_exts``), or
+        None when it is the table's own image (read as usual, without a copy)."""
         assert self.image_exts is not None
         source, i = self.dataset.locate(gid)
         if not source.table.has_members:  # folders, arrays: the image is the sample's one member
-            return source.table.image_ext(i)
-        present = self.dataset.member_exts(gid)
+            return None
+        present = source.member_exts(i)
         ext = pick_member(present, self.image_exts)
         if ext is None:
             raise self.error(gid, "fetch", LookupError(
                 f"no {';'.join(self.image_exts)} member for the image (the sample has {', '.join(present)})"))
-        return ext
+        return None if ext == source.table.image_ext(i) else ext
 
     def load(self, gid: int) -> Decoded:
         """Fetch, decode and resample one sample (no flip applied yet)."""

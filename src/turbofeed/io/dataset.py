@@ -155,11 +155,6 @@ class Dataset:
         source, i = self.locate(gid)
         return source.member_exts(i)
 
-    def image_ext(self, gid: int) -> str:
-        """The extension of ``gid``'s image member (what :meth:`read` returns)."""
-        source, i = self.locate(gid)
-        return source.table.image_ext(i)
-
     def describe(self, gid: int) -> tuple[str, str]:
         """(source path, sample key) of ``gid``, for messages."""
         source, i = self.locate(gid)

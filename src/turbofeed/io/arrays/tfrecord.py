@@ -185,12 +185,7 @@ class TFRecordSource(Source):
             FileChanged: the file was replaced or rewritten since it was indexed.
             OSError: a short read (the file changed since indexing).
         """
-        offset, size = int(self.table.offsets[i]), int(self.table.sizes[i])
-        data = FILES.pread(self.file, size, offset)
-        if len(data) != size:
-            raise OSError(f"short read: {len(data)} of {size} bytes at offset {offset} "
-                          "(file changed since indexing?)")
-        return data
+        return FILES.pread_exact(self.file, int(self.table.sizes[i]), int(self.table.offsets[i]))
 
     def view(self, i: int) -> bytes | memoryview:
         """Sample ``i`` without a copy: a view of the mapped file (``read`` when

@@ -144,6 +144,19 @@ class ShardFiles:
                 self._files.move_to_end(key)
         return os.pread(file.fd, size, offset)
 
+    def pread_exact(self, ref: FileRef | str, size: int, offset: int) -> bytes:
+        """Exactly ``size`` bytes at ``offset`` (a sample whose place an index recorded).
+
+        Raises:
+            FileChanged: as :meth:`pread`.
+            OSError: fewer bytes are there (the file changed since indexing).
+        """
+        data = self.pread(ref, size, offset)
+        if len(data) != size:
+            raise OSError(f"short read: {len(data)} of {size} bytes at offset "
+                          f"{offset} (file changed since indexing?)")
+        return data
+
     def view(self, ref: FileRef | str, size: int, offset: int) -> memoryview:
         """A zero-copy view of ``size`` bytes at ``offset`` of the file's mapping.
 

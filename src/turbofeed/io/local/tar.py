@@ -87,11 +87,7 @@ class TarSource(Source):
         return self.table.exts_of(i)
 
     def _pread(self, offset: int, size: int) -> bytes:
-        data = FILES.pread(self._data, size, offset)
-        if len(data) != size:
-            raise OSError(f"short read: {len(data)} of {size} bytes at offset "
-                          f"{offset} (file changed since indexing?)")
-        return data
+        return FILES.pread_exact(self._data, size, offset)
 
     def view(self, i: int) -> bytes | memoryview:
         """Sample ``i`` without a copy: a view of the mapped shard (``read`` when
