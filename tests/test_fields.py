@@ -259,6 +259,7 @@ def test_map_collate_and_classes_on_general_samples(tmp_path):
                                   collate=pairs, transform=T.imagenet_eval(16))
     out = [p for batch in custom for p in batch]
     assert sorted(out) == [(f"k{i:02d}", (3, 16, 16), i) for i in range(12)]
+    assert custom.stats.samples == 12 and custom.stats.batches == 2  # counted whatever collate returns
     strict = turbofeed.DataLoader(path, batch_size=6, num_workers=1, on_error="raise", fields={"label": "txt"},
                                   classes=["cat", "dog"])
     with pytest.raises(SampleError, match="label 'eel' is not one of the 2 classes"):

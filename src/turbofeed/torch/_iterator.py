@@ -21,7 +21,7 @@ from ..engine.stages import HostBatch, StageInfo, chw_with_label
 from ..engine.stream import Job
 from ..engine.work import SampleWork
 from ..plan import make_epoch_plan
-from .collate import field_batch
+from .collate import collate, field_batch
 from .device import CudaDelivery, apply_output
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class _LoaderIterator:
             self._finish()
         stats = self.loader.stats
         stats.count("batches")
-        stats.count("samples", len(batch["__key__"]) if isinstance(batch, dict) else len(batch[1]))
+        stats.count("samples", int(job.ok.sum()))  # what the batch holds, whatever shape collate gave it
         return batch
 
     def _finish(self) -> None:
@@ -181,14 +181,13 @@ class Deliver:
 
     def __call__(self, job: Job, value: HostBatch | list) -> tuple[Any, Any]:
         if isinstance(value, list):  # per-sample outputs (of varying size, or of user callables)
-            items = [torch.as_tensor(img) for img, _ in value]
             labels = torch.tensor([label for _, label in value], dtype=torch.int64)
-            if self.stack and items and all(i.shape == items[0].shape and i.dtype == items[0].dtype for i in items):
-                stacked = torch.stack(items)
-                if self.device is not None:
-                    return stacked.to(self.device), labels.to(self.device)
-                return stacked, labels
-            return items, labels
+            if not self.stack:
+                return [torch.as_tensor(img) for img, _ in value], labels
+            images = collate([img for img, _ in value])  # one tensor when the shapes agree
+            if isinstance(images, torch.Tensor) and self.device is not None:
+                return images.to(self.device), labels.to(self.device)
+            return images, labels
         slot, n = value.slot, len(value.labels)
         assert slot is not None  # fixed-size batches are slots of the pool
         labels = torch.from_numpy(value.labels)
