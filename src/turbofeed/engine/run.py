@@ -9,9 +9,10 @@ The front-ends only choose the stages; every path runs here.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..plan import EpochPlan
 from .policy import PassPolicy
@@ -27,6 +28,17 @@ class BatchStage:
     run: Callable[[Job, Any], Any]
 
 
+class FetchAhead(Protocol):
+    """A fetch stage that works ahead of the reads (streaming mode's shard downloads):
+    told, in the consumer's thread, when every read before a position of the plan is done."""
+
+    info: StageInfo
+
+    def done(self, position: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Engine:
     """Iterator of ``(job, value)`` for batches ``start..`` of ``plan``: ``value`` is what
     the last stage made of the batch. Closing it (or dropping it) stops its threads.
@@ -37,25 +49,38 @@ class Engine:
         policy: the pass's bad-sample policy (shared by the stages).
         then: the batch stages after decode, in order.
         num_workers, prefetch: threads, and batches in flight.
+        fetch: a fetch stage working ahead of the reads, told after each batch that
+            the batch's positions are read.
     """
 
     def __init__(self, plan: EpochPlan, decode: DecodeStage, policy: PassPolicy, *,
                  then: Sequence[BatchStage] = (), num_workers: int = 4, prefetch: int = 2,
-                 start: int = 0) -> None:
+                 start: int = 0, fetch: FetchAhead | None = None) -> None:
         self.decode = decode
         self.then = list(then)
+        self.fetch = fetch
+        if fetch is not None:  # dropped without close() (break, garbage): its pins go too
+            weakref.finalize(self, fetch.close)
         self.stream = BatchStream(plan, decode, policy, start=start, num_workers=num_workers, prefetch=prefetch)
 
     @property
     def stages(self) -> list[StageInfo]:
         """The pass's stages in order (``[s.name for s in engine.stages]``)."""
-        return [self.decode.info, *(stage.info for stage in self.then)]
+        first = [] if self.fetch is None else [self.fetch.info]
+        return [*first, self.decode.info, *(stage.info for stage in self.then)]
 
     def __iter__(self) -> Engine:
         return self
 
     def __next__(self) -> tuple[Job, Any]:
-        job = next(self.stream)
+        try:
+            job = next(self.stream)
+        except StopIteration:
+            if self.fetch is not None:  # every read is done
+                self.fetch.close()
+            raise
+        if self.fetch is not None:  # its reads are done: the shards only it read can go
+            self.fetch.done(job.positions.stop)
         try:
             value = self.decode.finish(job)
             for stage in self.then:
@@ -74,3 +99,5 @@ class Engine:
         """Stop the threads, drop batches in flight, give back held slots; idempotent."""
         self.stream.close()
         self.decode.close()
+        if self.fetch is not None:
+            self.fetch.close()

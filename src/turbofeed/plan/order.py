@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .streaming import StreamLayout, stream_order, stream_rank_order
+
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     """Return the global order of one epoch.
@@ -132,12 +134,20 @@ def make_epoch_plan(
     world_size: int = 1,
     drop_last: bool = False,
     start: int = 0,
+    stream: StreamLayout | None = None,
 ) -> EpochPlan:
     """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
-    of the global order, see :func:`rank_order`)."""
-    order = rank_order(
-        num_samples, seed=seed, epoch=epoch, shuffle=shuffle,
-        rank=rank, world_size=world_size, drop_last=drop_last, start=start,
-    )
+    of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
+    (:mod:`turbofeed.plan.streaming`)."""
+    if stream is not None:
+        full = stream_order(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
+                            canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes)
+        order = stream_rank_order(full, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
+                                  canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
+    else:
+        order = rank_order(
+            num_samples, seed=seed, epoch=epoch, shuffle=shuffle,
+            rank=rank, world_size=world_size, drop_last=drop_last, start=start,
+        )
     count_batches(len(order), batch_size, drop_last)  # validates batch_size
     return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last)

@@ -19,7 +19,7 @@ FIELDS = ("version", "epoch", "samples_done", "batches_done", "seed", "world_siz
 
 
 def make_state(*, epoch: int, samples_done: int, batches_done: int, seed: int, world_size: int,
-               plan: str) -> dict:
+               plan: str, **order: int) -> dict:
     """The resume state, one flat JSON-safe dict::
 
         {"version": 1, "epoch": 3, "samples_done": 40960, "batches_done": 80,
@@ -28,9 +28,11 @@ def make_state(*, epoch: int, samples_done: int, batches_done: int, seed: int, w
     ``samples_done`` is the prefix of the epoch's global order consumed by all ranks
     together (the strided split makes it a prefix); it alone decides where a resumed
     run continues, whatever its world size. ``batches_done`` is this rank's count, for
-    logs. ``plan`` fingerprints the dataset, shuffle and drop_last.
+    logs. ``plan`` fingerprints the dataset, shuffle and drop_last. ``order`` adds what
+    else fixes the order (streaming: ``canonical_nodes``, ``block_bytes``).
     """
     return {
+        **{k: int(v) for k, v in order.items()},
         "version": STATE_VERSION,
         "epoch": int(epoch),
         "samples_done": int(samples_done),

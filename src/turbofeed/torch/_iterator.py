@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine.choose import decode_stage
+from ..engine.fetch import fetch_stage
 from ..engine.run import BatchStage, Engine
 from ..engine.slots import Slot
 from ..engine.stages import HostBatch, StageInfo, chw_with_label
@@ -63,7 +64,8 @@ class _LoaderIterator:
             worker_transform = transform.without_output()
         plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
                                epoch=epoch, shuffle=loader.shuffle, rank=loader.rank,
-                               world_size=loader.world_size, drop_last=loader.drop_last, start=start)
+                               world_size=loader.world_size, drop_last=loader.drop_last, start=start,
+                               stream=loader.stream_layout)
         self.batches = len(plan)
         policy = loader._policy.for_pass()  # shared by this pass's threads and batch stages
         callables = transform.callables if transform is not None else []
@@ -90,7 +92,7 @@ class _LoaderIterator:
         if loader.batch_transform is not None:
             then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
         self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
-                             prefetch=loader.prefetch)
+                             prefetch=loader.prefetch, fetch=fetch_stage(loader.dataset, plan, loader.stream_layout))
 
     def __iter__(self) -> "_LoaderIterator":
         return self

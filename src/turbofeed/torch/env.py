@@ -15,6 +15,9 @@ _ENV_SCHEMES = (
     ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
 )
+# Ranks per node (all nodes alike), first found: torchrun, SLURM, Horovod, Open MPI, MPICH.
+_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "HOROVOD_LOCAL_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,12 @@ class DistEnv:
     world_size: int
     local_rank: int
     source: str  # "arguments", "torch.distributed", "torchrun", "slurm", ... or "single"
+    local_world_size: int = 1  # ranks per node; ranks are numbered node by node
+
+    @property
+    def nodes(self) -> int:
+        """Nodes of the job (1 when the ranks per node are unknown or do not divide it)."""
+        return self.world_size // self.local_world_size if self.world_size % self.local_world_size == 0 else 1
 
 
 def detect(rank: int | None = None, world_size: int | None = None,
@@ -42,7 +51,20 @@ def detect(rank: int | None = None, world_size: int | None = None,
     if env.world_size < 1 or not 0 <= env.rank < env.world_size:
         raise ValueError(f"rank {env.rank} is not in [0, world_size={env.world_size}) "
                          f"(from {env.source})")
-    return env
+    return DistEnv(env.rank, env.world_size, env.local_rank, env.source, _local_world_size(env.world_size))
+
+
+def _local_world_size(world_size: int) -> int:
+    """Ranks per node from the launcher's variables; ``world_size`` when it does not say
+    or says something that does not divide the world (one node)."""
+    for var in _LOCAL_SIZE_VARS:
+        try:
+            local = int(os.environ[var])
+        except (KeyError, ValueError):
+            continue
+        if local >= 1 and world_size % local == 0:
+            return local
+    return world_size
 
 
 def _from_torch() -> DistEnv | None:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
+from ..engine.fetch import stream_layout
 from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
-from ..plan import check_state, count_batches, make_state, plan_fingerprint
+from ..plan import StreamLayout, count_batches, plan_fingerprint
 from ..transforms import Compose
 from ._compat import TorchDropIn
+from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from .device import gpu_available
 from .env import detect
@@ -24,7 +26,7 @@ from .env import detect
 log = logging.getLogger("turbofeed")
 
 
-class DataLoader(TorchDropIn):
+class DataLoader(EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
     Args:
@@ -90,6 +92,11 @@ class DataLoader(TorchDropIn):
         paired, map, collate: fields given the image's crop window and flip (masks:
             ``paired=["mask"]``); ``map(fields) -> fields`` per sample; ``collate(samples)``
             instead of the default dict batch. See docs/samples.md.
+        streaming: read the shards block by block (see docs/streaming.md): a two-level
+            shuffle (shard order, then samples inside blocks of shards that fit half the
+            node cache), each ``s3://`` shard downloaded whole ahead of its block and
+            released after it, the nodes reading disjoint shards. Default (None): on when
+            the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -115,7 +122,8 @@ class DataLoader(TorchDropIn):
                  hybrid: bool = False, classes: list[str] | None = None,
                  batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
-                 map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None) -> None:
+                 map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
+                 streaming: bool | None = None) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
@@ -141,6 +149,8 @@ class DataLoader(TorchDropIn):
         else:
             env = detect(0, 1)
         self.rank, self.world_size = env.rank, env.world_size
+        self.stream_layout: StreamLayout | None = stream_layout(
+            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
@@ -165,8 +175,7 @@ class DataLoader(TorchDropIn):
         self._fixed_epoch: int | None = None  # set_epoch's value, for every later pass
         self._next_epoch = 0  # the epoch of the next pass without set_epoch
         self._iter_lock = threading.Lock()
-        self._fingerprint = plan_fingerprint(
-            dataset=self.dataset.fingerprint_fields(), shuffle=shuffle, drop_last=drop_last)
+        self._fingerprint = self._plan_fingerprint()
         self._active: weakref.ref | None = None
         if len(self) == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
@@ -175,6 +184,25 @@ class DataLoader(TorchDropIn):
         # batch slots, kept across passes (fixed-size batches only)
         self._slot_pool = None if size is None else SlotPools(batch_size, size, pinned=self._pinned,
                                                                capacity=prefetch + 2)
+
+    def _plan_fingerprint(self) -> str:
+        streamed = {} if self.stream_layout is None else {"streaming": True}
+        return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
+                                drop_last=self.drop_last, **streamed)
+
+    def _stream_state(self) -> dict[str, Any]:
+        return {} if self.stream_layout is None else self.stream_layout.state()
+
+    def _adopt_stream_state(self, state: dict) -> None:
+        """A streamed epoch resumes with the layout that ordered it (its canonical nodes
+        and block size), whatever this run's node count and cache would choose."""
+        layout = self.stream_layout
+        if layout is None or "canonical_nodes" not in state:
+            return
+        self.stream_layout = stream_layout(self.dataset, True, nodes=self.world_size // layout.ranks_per_node,
+                                           ranks_per_node=layout.ranks_per_node,
+                                           canonical_nodes=int(state["canonical_nodes"]),
+                                           block_bytes=int(state["block_bytes"]))
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
@@ -208,132 +236,6 @@ class DataLoader(TorchDropIn):
     @property
     def class_names(self) -> list[str] | None:
         return self.dataset.class_names
-
-    # -- epochs and resume -------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Run ``epoch`` in every following pass (every rank must pass the same value).
-
-        Sticky, like ``DistributedSampler.set_epoch``: two iterations after one
-        ``set_epoch(5)`` both run epoch 5, in the same order. Without any ``set_epoch``
-        each ``iter(loader)`` takes the next epoch (reshuffled). A pass already running
-        goes on with its own epoch.
-
-        Right after :meth:`load_state_dict`, the epoch of the state keeps the resume
-        position, so the usual loop continues a resumed epoch where it stopped::
-
-            loader.load_state_dict(state)          # saved in epoch 3 after 40 batches
-            for epoch in range(state["epoch"], 90):
-                loader.set_epoch(epoch)            # epoch 3: batches 40.. ; then 4, 5, ...
-                for images, labels in loader: ...
-
-        Any other epoch cancels the resume.
-        """
-        epoch = int(epoch)
-        self._fixed_epoch = epoch
-        if self._resume and epoch == self._epoch:
-            return
-        self._resume = False
-        if epoch != self._epoch and not self._live():
-            self._epoch, self._start, self._batches_done, self._batches_base = epoch, 0, 0, 0
-
-    @property
-    def samples_done(self) -> int:
-        """Prefix of this epoch's global order consumed by all ranks together."""
-        done = self._start + self._batches_done * self.batch_size * self.world_size
-        return min(self.dataset.num_samples, done)
-
-    def state_dict(self) -> dict:
-        """Where things stand: a small JSON-safe dict (see :meth:`load_state_dict`).
-
-        During a pass (or after one left early): its epoch and the batches it delivered.
-        After a pass delivered its whole epoch: the start of the next epoch. Example with
-        12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
-        after all 12, ``epoch=3, batches_done=0``.
-        """
-        return make_state(epoch=self._epoch, samples_done=self.samples_done,
-                          batches_done=self._batches_base + self._batches_done, seed=self.seed,
-                          world_size=self.world_size, plan=self._fingerprint)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
-        that epoch; the iterations after it run whole epochs again.
-
-        With the world size (and batch size) of the run that saved it, the batches are
-        exactly those an uninterrupted run would have produced. With another world size
-        (elastic), the rest of the epoch's global order is split over the new ranks: no
-        sample is repeated or lost, only the grouping into batches differs. A running
-        pass of this loader is superseded. Without a later ``set_epoch``, the pass after
-        the resumed one runs the epoch after the state's.
-
-        Raises:
-            ValueError: naming the field that does not match (version, seed, or ``plan``
-                when the dataset, shuffle or drop_last changed).
-            RuntimeError: another thread is iterating this loader.
-        """
-        check_state(state, seed=self.seed, plan=self._fingerprint)
-        if state["world_size"] != self.world_size:
-            log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
-                     state["epoch"], state["samples_done"], state["world_size"], self.world_size)
-        with self._iter_lock:
-            self._retire_active()
-            self._epoch = state["epoch"]
-            self._start = min(state["samples_done"], self.dataset.num_samples)
-            self._batches_done = 0
-            self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
-            self._resume = True
-            self._fixed_epoch = None
-            self._next_epoch = self._epoch
-
-    def _upcoming_epoch(self) -> int:
-        """The epoch the next ``iter(self)`` runs."""
-        if self._resume:
-            return self._epoch
-        return self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
-
-    def _resume_at(self, batches: int) -> None:
-        """The next ``iter(self)`` runs the upcoming epoch from its batch ``batches``, exactly
-        (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate)."""
-        with self._iter_lock:
-            self._retire_active()
-            self._epoch = self._upcoming_epoch()
-            self._start = min(self.dataset.num_samples, batches * self.batch_size * self.world_size)
-            self._batches_done, self._batches_base, self._resume = 0, batches, True
-
-    def _current(self, it: _LoaderIterator) -> bool:
-        return self._active is not None and self._active() is it
-
-    def _advance(self, it: _LoaderIterator) -> None:
-        """Pass ``it`` delivered another batch (so the next pass runs the next epoch)."""
-        if self._current(it):
-            self._batches_done = it.delivered
-            self._next_epoch = it.epoch + 1
-
-    def _finish_epoch(self, it: _LoaderIterator) -> None:
-        """Pass ``it`` delivered its whole epoch: the state points at the next one."""
-        if self._current(it):
-            self._epoch = self._next_epoch = it.epoch + 1
-            self._start = self._batches_done = self._batches_base = 0
-
-    def _live(self) -> _LoaderIterator | None:
-        """The current pass if it may still yield batches."""
-        it = self._active() if self._active else None
-        return it if it is not None and not it.done else None
-
-    def _retire_active(self) -> None:
-        """Make way for a new pass (caller holds ``_iter_lock``): a live pass of this
-        thread, or of a thread that ended, is superseded; one of another live thread
-        is an error (one loader, one consumer)."""
-        it = self._live()
-        if it is None:
-            return
-        me = threading.current_thread()
-        if it.owner is not me and it.owner.is_alive():
-            raise RuntimeError(
-                f"turbofeed: this DataLoader is already being iterated by another thread "
-                f"({it.owner.name!r}) and that pass is not finished; one loader serves one "
-                f"consumer at a time: build a second DataLoader for {me.name!r}, or finish or "
-                f"close() the first iterator")
-        it.supersede()
 
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> _LoaderIterator:
@@ -375,8 +277,12 @@ class DataLoader(TorchDropIn):
         truncated since (SIGBUS). One ``stat`` per local file."""
         if not self._source.refresh():
             return
-        self._fingerprint = plan_fingerprint(
-            dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle, drop_last=self.drop_last)
+        if self.stream_layout is not None:  # the shards' sizes changed: so do the blocks
+            layout = self.stream_layout
+            self.stream_layout = stream_layout(self.dataset, True, nodes=self.world_size // layout.ranks_per_node,
+                                               ranks_per_node=layout.ranks_per_node,
+                                               canonical_nodes=layout.canonical_nodes, block_bytes=layout.block_bytes)
+        self._fingerprint = self._plan_fingerprint()
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
                         "epoch continues at sample %d of the re-indexed data", self._start)

@@ -104,7 +104,7 @@ def _compressed_copy(shards: S3Shards, info: ObjectInfo, copy_name: str) -> Iter
     """The compressed object as a local file: the node cache's copy (downloaded there if
     it fits; opened without a pin, so making room for the plain copy may evict it while
     this descriptor still reads it), else an unlinked temporary file."""
-    fd = shards._cached_copy(info)
+    fd = shards.pinned_copy(info)
     if fd is not None:
         try:
             f = open(shards.cache.path(copy_name), "rb")  # the file ``fd`` pins

@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from ...engine.executor import Executor, ExecutorClosed
 from ...errors import DatasetError
@@ -54,6 +55,9 @@ from .compressed import plain_copy, plain_index, read_plain
 from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
 from .errors import changed, not_found
 from .urls import COMPRESSED, shared_client, stat
+
+if TYPE_CHECKING:
+    from .stream import ShardStream
 
 log = logging.getLogger("turbofeed")
 
@@ -110,6 +114,7 @@ class S3Shards:
         # Its tasks hold only a weak reference: a dataset dropped without close() is
         # collected, and the finalizer stops the downloads.
         self._prefetcher = Executor(self.config.prefetch_shards, "prefetch") if self.prefetch else None
+        self.streamer: ShardStream | None = None  # streaming mode's fetch stage, while a pass runs
         self._finalizer = weakref.finalize(self, _stop_prefetch, self._stop, self._prefetcher)
 
     # ----- construction ------------------------------------------------------------
@@ -154,7 +159,7 @@ class S3Shards:
     def _build(self, info: ObjectInfo) -> dict:
         """Index the node cache's copy (downloaded there first if needed), pinned while
         it is read; without room in the cache, a private temporary copy."""
-        fd = self._cached_copy(info)
+        fd = self.pinned_copy(info)
         if fd is None:
             index = self._build_from_temporary_copy(info)
         else:
@@ -179,7 +184,7 @@ class S3Shards:
             os.close(fd)
             remove_file(path)
 
-    def _cached_copy(self, info: ObjectInfo) -> int | None:
+    def pinned_copy(self, info: ObjectInfo) -> int | None:
         """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
         downloaded there if needed; None when the cache has no room for it."""
         name = _cache_name(info)
@@ -200,7 +205,7 @@ class S3Shards:
     def fetch(self, info: ObjectInfo) -> str | None:
         """The node cache's copy of the object, downloaded if needed; None if it cannot fit.
         Not pinned: open it at once and read through the descriptor."""
-        fd = self._cached_copy(info)
+        fd = self.pinned_copy(info)
         if fd is None:
             return None
         os.close(fd)
@@ -209,7 +214,7 @@ class S3Shards:
     # ----- prefetch ------------------------------------------------------------------
     def want(self, src: S3TarSource) -> None:
         """Queue ``src`` (and the shards after it) for download into the node cache."""
-        if self._prefetcher is None or self._stop.is_set():
+        if self._prefetcher is None or self._stop.is_set() or self.streamer is not None:
             return
         k = self._order[src.path]
         with self._lock:
@@ -340,11 +345,21 @@ class S3TarSource(Source):
     def member_exts(self, i: int) -> tuple[str, ...]:
         return self.table.exts_of(i)
 
+    @property
+    def compressed(self) -> bool:
+        """Read from a plain copy pinned for the dataset's life (a compressed object)."""
+        return self._plain is not None
+
     def _read(self, offset: int, size: int) -> bytes:
         stats = self._shards.client.stats
         if self._plain is not None:
             stats.add(cache_hits=1)
             return read_plain(self._plain, offset, size, self.path)
+        streamer = self._shards.streamer
+        streamed = None if streamer is None else streamer.read(self, offset, size)
+        if streamed is not None:
+            stats.add(cache_hits=1)
+            return streamed
         local = self._local or self._shards.cache.lookup(self._name)
         if local is not None:
             try:

@@ -1,0 +1,175 @@
+"""The epoch bookkeeping of a :class:`turbofeed.DataLoader`: which epoch the next pass
+runs, where a resumed epoch continues, and the resume state (``state_dict``).
+
+A mixin: the loader holds the fields (``_epoch``, ``_start``, ``_batches_done``,
+``_batches_base``, ``_resume``, ``_fixed_epoch``, ``_next_epoch``, ``_active``,
+``_iter_lock``) and the plan (``batch_size``, ``world_size``, ``seed``, ``_fingerprint``,
+``dataset``); the passes report to it through ``_advance`` and ``_finish_epoch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from ..plan import check_state, make_state
+
+if TYPE_CHECKING:
+    from ..io import Dataset
+    from ._iterator import _LoaderIterator
+
+log = logging.getLogger("turbofeed")
+
+
+class EpochBook:
+    """Epochs, resume and the state dict of a loader (see the module docstring)."""
+
+    dataset: Dataset
+    batch_size: int
+    world_size: int
+    seed: int
+    _fingerprint: str
+    _epoch: int
+    _start: int
+    _batches_done: int
+    _batches_base: int
+    _resume: bool
+    _fixed_epoch: int | None
+    _next_epoch: int
+    _active: weakref.ref | None
+    _iter_lock: threading.Lock
+
+    def _stream_state(self) -> dict[str, Any]:
+        """Extra state fields of the order (streaming mode's layout); none by default."""
+        return {}
+
+    def _adopt_stream_state(self, state: dict) -> None:
+        """Take the order's extra fields from a resumed ``state``."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` in every following pass (every rank must pass the same value).
+
+        Sticky, like ``DistributedSampler.set_epoch``: two iterations after one
+        ``set_epoch(5)`` both run epoch 5, in the same order. Without any ``set_epoch``
+        each ``iter(loader)`` takes the next epoch (reshuffled). A pass already running
+        goes on with its own epoch.
+
+        Right after :meth:`load_state_dict`, the epoch of the state keeps the resume
+        position, so the usual loop continues a resumed epoch where it stopped::
+
+            loader.load_state_dict(state)          # saved in epoch 3 after 40 batches
+            for epoch in range(state["epoch"], 90):
+                loader.set_epoch(epoch)            # epoch 3: batches 40.. ; then 4, 5, ...
+                for images, labels in loader: ...
+
+        Any other epoch cancels the resume.
+        """
+        epoch = int(epoch)
+        self._fixed_epoch = epoch
+        if self._resume and epoch == self._epoch:
+            return
+        self._resume = False
+        if epoch != self._epoch and not self._live():
+            self._epoch, self._start, self._batches_done, self._batches_base = epoch, 0, 0, 0
+
+    @property
+    def samples_done(self) -> int:
+        """Prefix of this epoch's global order consumed by all ranks together."""
+        done = self._start + self._batches_done * self.batch_size * self.world_size
+        return min(self.dataset.num_samples, done)
+
+    def state_dict(self) -> dict:
+        """Where things stand: a small JSON-safe dict (see :meth:`load_state_dict`).
+
+        During a pass (or after one left early): its epoch and the batches it delivered.
+        After a pass delivered its whole epoch: the start of the next epoch. Example with
+        12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
+        after all 12, ``epoch=3, batches_done=0``.
+        """
+        return make_state(epoch=self._epoch, samples_done=self.samples_done,
+                          batches_done=self._batches_base + self._batches_done, seed=self.seed,
+                          world_size=self.world_size, plan=self._fingerprint, **self._stream_state())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
+        that epoch; the iterations after it run whole epochs again.
+
+        With the world size (and batch size) of the run that saved it, the batches are
+        exactly those an uninterrupted run would have produced. With another world size
+        (elastic), the rest of the epoch's global order is split over the new ranks: no
+        sample is repeated or lost, only the grouping into batches differs. A running
+        pass of this loader is superseded. Without a later ``set_epoch``, the pass after
+        the resumed one runs the epoch after the state's.
+
+        Raises:
+            ValueError: naming the field that does not match (version, seed, or ``plan``
+                when the dataset, shuffle or drop_last changed).
+            RuntimeError: another thread is iterating this loader.
+        """
+        check_state(state, seed=self.seed, plan=self._fingerprint)
+        self._adopt_stream_state(state)
+        if state["world_size"] != self.world_size:
+            log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
+                     state["epoch"], state["samples_done"], state["world_size"], self.world_size)
+        with self._iter_lock:
+            self._retire_active()
+            self._epoch = state["epoch"]
+            self._start = min(state["samples_done"], self.dataset.num_samples)
+            self._batches_done = 0
+            self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
+            self._resume = True
+            self._fixed_epoch = None
+            self._next_epoch = self._epoch
+
+    def _upcoming_epoch(self) -> int:
+        """The epoch the next ``iter(self)`` runs."""
+        if self._resume:
+            return self._epoch
+        return self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+
+    def _resume_at(self, batches: int) -> None:
+        """The next ``iter(self)`` runs the upcoming epoch from its batch ``batches``, exactly
+        (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate)."""
+        with self._iter_lock:
+            self._retire_active()
+            self._epoch = self._upcoming_epoch()
+            self._start = min(self.dataset.num_samples, batches * self.batch_size * self.world_size)
+            self._batches_done, self._batches_base, self._resume = 0, batches, True
+
+    def _current(self, it: _LoaderIterator) -> bool:
+        return self._active is not None and self._active() is it
+
+    def _advance(self, it: _LoaderIterator) -> None:
+        """Pass ``it`` delivered another batch (so the next pass runs the next epoch)."""
+        if self._current(it):
+            self._batches_done = it.delivered
+            self._next_epoch = it.epoch + 1
+
+    def _finish_epoch(self, it: _LoaderIterator) -> None:
+        """Pass ``it`` delivered its whole epoch: the state points at the next one."""
+        if self._current(it):
+            self._epoch = self._next_epoch = it.epoch + 1
+            self._start = self._batches_done = self._batches_base = 0
+
+    def _live(self) -> _LoaderIterator | None:
+        """The current pass if it may still yield batches."""
+        it = self._active() if self._active else None
+        return it if it is not None and not it.done else None
+
+    def _retire_active(self) -> None:
+        """Make way for a new pass (caller holds ``_iter_lock``): a live pass of this
+        thread, or of a thread that ended, is superseded; one of another live thread
+        is an error (one loader, one consumer)."""
+        it = self._live()
+        if it is None:
+            return
+        me = threading.current_thread()
+        if it.owner is not me and it.owner.is_alive():
+            raise RuntimeError(
+                f"turbofeed: this DataLoader is already being iterated by another thread "
+                f"({it.owner.name!r}) and that pass is not finished; one loader serves one "
+                f"consumer at a time: build a second DataLoader for {me.name!r}, or finish or "
+                f"close() the first iterator")
+        it.supersede()

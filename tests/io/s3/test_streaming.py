@@ -1,0 +1,208 @@
+"""Streaming mode over s3:// shards on a real S3-compatible server (moto, on 127.0.0.1) with a
+node cache that holds 30% of the data: every sample once per epoch, every shard
+downloaded once, the cache within its bound, exact and elastic resume."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+import pytest
+from builders import small_jpeg, write_tar
+
+pytest.importorskip("moto")
+pytest.importorskip("boto3")
+
+import turbofeed  # noqa: E402
+from turbofeed.io.retry import RetryPolicy  # noqa: E402
+from turbofeed.io.s3.client import S3Client  # noqa: E402
+from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.testing import LocalS3Server  # noqa: E402
+
+BUCKET = "tf-stream"
+SHARDS, PER_SHARD = 16, 10
+PREFIX = f"s3://{BUCKET}/train/"
+FAST_RETRY = RetryPolicy(max_attempts=12, base_delay=0.005, max_delay=0.05)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LocalS3Server() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def data(server, tmp_path_factory) -> dict:
+    """16 shards of 10 samples uploaded under ``PREFIX``; their bytes and keys."""
+    out = tmp_path_factory.mktemp("shards")
+    client = S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test"))
+    client.boto3_client().create_bucket(Bucket=BUCKET)
+    total, keys = 0, []
+    for s in range(SHARDS):
+        members = []
+        for i in range(PER_SHARD):
+            key = f"s{s:02d}-{i:03d}"
+            keys.append(key)
+            members += [(f"{key}.jpg", small_jpeg(1000 * s + i)), (f"{key}.cls", str(s % 4).encode())]
+        path = write_tar(str(out / f"shard-{s:04d}.tar"), members)
+        body = open(path, "rb").read()
+        total += len(body)
+        client.put(f"{PREFIX}shard-{s:04d}.tar", body)
+    client.close()
+    return {"bytes": total, "keys": keys, "shard_bytes": total // SHARDS}
+
+
+@pytest.fixture
+def config(server, data, point_aws_at):
+    point_aws_at(server.endpoint)
+    yield S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test",
+                   cache_max_bytes=int(0.3 * data["bytes"]), retry=FAST_RETRY)
+    close_clients()
+
+
+def loader(config, cache_dir, **kw):
+    kw.setdefault("shuffle", True)
+    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, s3=config, cache_dir=str(cache_dir),
+                                transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
+                                return_keys=True, **kw)
+
+
+def keys_of(batches) -> list[str]:
+    return [k.rsplit("/", 1)[-1] for batch in batches for k in batch[2]]
+
+
+class CacheWatch:
+    """The largest number of bytes under the node cache's object and tmp folders, sampled."""
+
+    def __init__(self, root: str) -> None:
+        self.root, self.peak, self._stop = root, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            used = 0
+            for sub in ("objects", "tmp"):
+                try:
+                    for e in os.scandir(os.path.join(self.root, sub)):
+                        if not e.name.endswith(".lock"):
+                            try:
+                                used += e.stat().st_blocks * 512 if e.name.endswith(".part") else e.stat().st_size
+                            except FileNotFoundError:
+                                pass
+                except FileNotFoundError:
+                    pass
+            self.peak = max(self.peak, used)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak
+
+
+def test_an_epoch_streams_every_sample_once_and_each_shard_once(config, data, tmp_path):
+    dl = loader(config, tmp_path)
+    assert dl.stream_layout is not None  # on by default: the data is larger than the cache
+    assert dl.stream_layout.block_bytes == config.cache_max_bytes // 2
+    before = dl.dataset.storage_stats()
+    watch = CacheWatch(str(tmp_path / "s3"))
+    try:
+        it = iter(dl)
+        assert [s.name for s in it.engine.stages][0] == "fetch.stream"
+        got = keys_of(it)
+    finally:
+        peak = watch.stop()
+    after = dl.dataset.storage_stats()
+    assert Counter(got) == Counter(data["keys"])  # every sample exactly once
+    # each shard at most once (the last one indexed at construction may still be cached)
+    assert SHARDS - 2 <= after["shards_downloaded"] - before["shards_downloaded"] <= SHARDS
+    assert after["cache_misses"] == before["cache_misses"]  # no sample read with a ranged GET
+    fetched = after["bytes_read"] - before["bytes_read"]
+    assert fetched <= 1.15 * data["bytes"], (fetched, data["bytes"])
+    assert peak <= config.cache_max_bytes + 2 * data["shard_bytes"], (peak, config.cache_max_bytes)
+    dl.close()
+
+
+def test_blocks_shuffle_within_the_cache_and_epochs_differ(config, data, tmp_path):
+    dl = loader(config, tmp_path, drop_last=False)
+    first, second = keys_of(dl), keys_of(dl)
+    assert first != second and sorted(first) == sorted(second)
+    # two-level: the first 30% of the epoch comes from few shards, not from all of them
+    early = {k.split("-")[0] for k in first[:len(first) // 4]}
+    assert len(early) <= 5, early
+    dl.close()
+
+
+def test_small_data_is_not_streamed_unless_asked(config, data, tmp_path):
+    roomy = S3Config(endpoint_url=config.endpoint_url, access_key_id="test", secret_access_key="test",
+                     cache_max_bytes=4 * data["bytes"], retry=FAST_RETRY)
+    assert loader(roomy, tmp_path / "a").stream_layout is None
+    asked = loader(roomy, tmp_path / "b", streaming=True)
+    assert asked.stream_layout is not None
+    assert Counter(keys_of(asked)) == Counter(data["keys"])
+    assert loader(config, tmp_path / "c", streaming=False).stream_layout is None
+
+
+def test_resume_mid_epoch_continues_exactly(config, data, tmp_path):
+    whole = keys_of(loader(config, tmp_path / "a"))
+    dl = loader(config, tmp_path / "b")
+    it = iter(dl)
+    head = keys_of([next(it) for _ in range(7)])
+    state = dl.state_dict()
+    assert state["canonical_nodes"] == 1 and state["block_bytes"] == config.cache_max_bytes // 2
+    dl.close()
+    again = loader(config, tmp_path / "c")
+    again.load_state_dict(state)
+    rest = keys_of(again)
+    assert head + rest == whole
+
+
+def test_elastic_resume_on_another_world_size(config, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # two nodes of one rank
+    ranks = [loader(config, tmp_path / f"n{r}", rank=r, world_size=2) for r in range(2)]
+    assert ranks[0].stream_layout.canonical_nodes == 2
+    its = [iter(dl) for dl in ranks]
+    done = [k for it in its for k in keys_of([next(it) for _ in range(3)])]
+    state = ranks[0].state_dict()
+    for dl in ranks:
+        dl.close()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    alone = loader(config, tmp_path / "n0")  # one node now: it reads both canonical streams
+    alone.load_state_dict(state)
+    rest = keys_of(alone)
+    assert Counter(done + rest) == Counter(data["keys"])
+
+
+def test_two_nodes_read_disjoint_shards(config, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    shards = []
+    for r in range(2):
+        dl = loader(config, tmp_path / f"node{r}", rank=r, world_size=2)
+        shards.append({k.split("-")[0] for k in keys_of(dl)})
+        dl.close()
+    assert not shards[0] & shards[1]
+    assert len(shards[0] | shards[1]) == SHARDS
+
+
+def test_ranks_of_a_node_share_its_downloads(config, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # one node, two ranks, one cache
+    dls = [loader(config, tmp_path, rank=r, world_size=2) for r in range(2)]
+    for dl in dls:
+        dl.dataset.storage_stats()
+    base = sum(dl.dataset.storage_stats()["shards_downloaded"] for dl in dls)
+    out: dict[int, list[str]] = {}
+
+    def run(r: int) -> None:
+        out[r] = keys_of(dls[r])
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert Counter(out[0] + out[1]) == Counter(data["keys"])
+    # the client (and its counters) is shared by the two loaders of this process
+    downloaded = dls[0].dataset.storage_stats()["shards_downloaded"] - base // 2
+    assert downloaded <= SHARDS + 2, downloaded
