@@ -1,11 +1,11 @@
 """Sample order, sharding across ranks, epochs and resume state (pure functions)."""
 
-from .mixing import ShardVisits, draw_epoch, quotas
+from .mixing import EpochDraw, ShardVisits, draw_epoch, quotas
 from .order import EpochPlan, count_batches, epoch_permutation, make_epoch_plan, rank_order
 from .resume import check_state, make_state, plan_fingerprint
 from .streaming import StreamLayout
 
 __all__ = [
-    "EpochPlan", "ShardVisits", "StreamLayout", "check_state", "count_batches", "draw_epoch",
+    "EpochDraw", "EpochPlan", "ShardVisits", "StreamLayout", "check_state", "count_batches", "draw_epoch",
     "epoch_permutation", "make_epoch_plan", "make_state", "plan_fingerprint", "quotas", "rank_order",
 ]

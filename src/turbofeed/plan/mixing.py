@@ -191,3 +191,39 @@ def draw_epoch(shard_sizes: np.ndarray | Sequence[int], *, seed: int, epoch: int
            for g, quota in enumerate(per_group)]
     shard, lens, ids = (np.concatenate([o[i] for o in out]) for i in range(3))
     return ShardVisits(shard, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), ids)
+
+
+@dataclass(frozen=True)
+class EpochDraw:
+    """How every epoch draws its samples: the plan options ``weights``, ``epoch_size`` and
+    ``resample`` (see :func:`draw_epoch`) over a dataset's shards.
+
+    Attributes:
+        shard_sizes: samples per shard, in dataset order.
+        groups: the group (dataset of a mix) of each shard; used with ``weights``.
+        weights: one per group.
+        epoch_size: samples per epoch (default: all of them).
+        resample: draw shards with replacement.
+    """
+
+    shard_sizes: np.ndarray
+    groups: np.ndarray | None = None
+    weights: tuple[float, ...] | None = None
+    epoch_size: int | None = None
+    resample: bool = False
+
+    @property
+    def size(self) -> int:
+        """Samples in every epoch."""
+        return int(np.sum(self.shard_sizes)) if self.epoch_size is None else int(self.epoch_size)
+
+    def visits(self, *, seed: int, epoch: int) -> ShardVisits:
+        """The samples of ``epoch`` (:func:`draw_epoch`)."""
+        return draw_epoch(self.shard_sizes, seed=seed, epoch=epoch, groups=self.groups, weights=self.weights,
+                          epoch_size=self.epoch_size, resample=self.resample)
+
+    def fingerprint(self) -> dict:
+        """What of the draw decides the order (for the resume state's ``plan``)."""
+        return {"weights": None if self.weights is None else list(self.weights),
+                "groups": None if self.groups is None else np.bincount(self.groups).tolist(),
+                "epoch_size": self.epoch_size, "resample": self.resample}

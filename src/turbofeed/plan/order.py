@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .mixing import EpochDraw
 from .streaming import StreamLayout, stream_order, stream_rank_order
 
 
@@ -49,6 +50,7 @@ def rank_order(
     world_size: int = 1,
     drop_last: bool = False,
     start: int = 0,
+    population: np.ndarray | None = None,
 ) -> np.ndarray:
     """Return the sample ids that ``rank`` sees in ``epoch``, in order.
 
@@ -65,6 +67,9 @@ def rank_order(
         global order  g0 g1 g2 g3 | g4 g5 g6 g7 g8 g9      start = 4 (2 batches of 1, W=2)
         W=3 after it  rank 0: g4 g7 g0   rank 1: g5 g8 g1   rank 2: g6 g9 g2
 
+    ``population`` (a resampled or weighted epoch's ids, ``num_samples`` of them) is
+    what the permutation orders, instead of ``0 .. num_samples-1``.
+
     Returns:
         int64 array of shape ``(per_rank,)``.
     """
@@ -73,6 +78,8 @@ def rank_order(
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     order = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
+    if population is not None:
+        order = np.asarray(population, dtype=np.int64)[order]
     rest = order[min(start, num_samples):]
     if drop_last:
         rest = rest[:(len(rest) // world_size) * world_size]
@@ -135,19 +142,24 @@ def make_epoch_plan(
     drop_last: bool = False,
     start: int = 0,
     stream: StreamLayout | None = None,
+    draw: EpochDraw | None = None,
 ) -> EpochPlan:
     """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
     of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
-    (:mod:`turbofeed.plan.streaming`)."""
+    (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
+    epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once."""
+    visits = None if draw is None else draw.visits(seed=seed, epoch=epoch)
     if stream is not None:
         full = stream_order(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
-                            canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes)
+                            canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes,
+                            visits=visits)
         order = stream_rank_order(full, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
                                   canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
     else:
         order = rank_order(
-            num_samples, seed=seed, epoch=epoch, shuffle=shuffle,
+            num_samples if visits is None else len(visits), seed=seed, epoch=epoch, shuffle=shuffle,
             rank=rank, world_size=world_size, drop_last=drop_last, start=start,
+            population=None if visits is None else visits.ids,
         )
     count_batches(len(order), batch_size, drop_last)  # validates batch_size
     return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last)

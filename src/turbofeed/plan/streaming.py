@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .mixing import ShardVisits, draw_epoch
+
 _TAG = 0x5354  # "ST": keeps these draws apart from the other uses of (seed, epoch)
 
 
@@ -67,19 +69,9 @@ class StreamLayout:
         return {"canonical_nodes": int(self.canonical_nodes), "block_bytes": int(self.block_bytes)}
 
 
-def shard_visits(starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(shard, start)`` of the plain epoch: every shard once, all of its samples, the
-    ids of visit ``v`` being ``start[v] .. start[v + 1] - 1`` (shards without samples are
-    left out)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    sizes = np.diff(starts)
-    shard = np.flatnonzero(sizes > 0).astype(np.int64)
-    return shard, np.concatenate([starts[shard], starts[-1:]]).astype(np.int64)
-
-
 def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
                  canonical_nodes: int, block_bytes: int,
-                 visits: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                 visits: ShardVisits | None = None) -> np.ndarray:
     """The global order ``G`` of a streamed epoch (see the module docstring).
 
     Args:
@@ -87,8 +79,8 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
         shard_bytes: bytes of each shard (what the node cache holds for it).
         canonical_nodes: streams the order is cut into; a multiple of the node count.
         block_bytes: the most bytes of shards in one block (a larger shard is a block alone).
-        visits: ``(shard, start, ids)`` of an epoch drawn with resampling or weights
-            (:func:`turbofeed.plan.mixing.draw_epoch`); default every shard once.
+        visits: the samples of an epoch drawn with resampling or weights
+            (:class:`turbofeed.plan.mixing.EpochDraw`); default every shard once.
 
     Returns:
         int64 sample ids, one per position of the epoch.
@@ -97,10 +89,8 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
         raise ValueError(f"canonical_nodes and block_bytes must be >= 1, got {canonical_nodes}, {block_bytes}")
     starts = np.asarray(starts, dtype=np.int64)
     if visits is None:
-        shard, bounds = shard_visits(starts)
-        ids = np.arange(int(starts[-1]), dtype=np.int64)
-    else:
-        shard, bounds, ids = (np.asarray(a, dtype=np.int64) for a in visits)
+        visits = draw_epoch(np.diff(starts), seed=seed, epoch=epoch)  # every shard once
+    shard, bounds, ids = visits.shard, visits.start, visits.ids
     rng = np.random.default_rng([seed, epoch, _TAG])
     lengths = np.diff(bounds)
     order = rng.permutation(len(shard)) if shuffle else np.arange(len(shard))

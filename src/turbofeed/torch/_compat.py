@@ -29,7 +29,6 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from ..plan import rank_order
 
 if TYPE_CHECKING:
     import torch
@@ -64,10 +63,7 @@ class EpochSampler:
 
     def __iter__(self) -> Iterator[int]:
         loader = self._get()
-        order = rank_order(loader.dataset.num_samples, seed=loader.seed, epoch=loader._upcoming_epoch(),
-                           shuffle=loader.shuffle, rank=loader.rank, world_size=loader.world_size,
-                           drop_last=loader.drop_last)
-        return iter(order.tolist())
+        return iter(loader._plan(loader._upcoming_epoch()).order.tolist())
 
     def set_epoch(self, epoch: int) -> None:
         self._get().set_epoch(epoch)

@@ -41,6 +41,10 @@ class EpochBook:
     _active: weakref.ref | None
     _iter_lock: threading.Lock
 
+    def _epoch_samples(self) -> int:
+        """Samples in every epoch's global order."""
+        return self.dataset.num_samples
+
     def _stream_state(self) -> dict[str, Any]:
         """Extra state fields of the order (streaming mode's layout); none by default."""
         return {}
@@ -78,7 +82,7 @@ class EpochBook:
     def samples_done(self) -> int:
         """Prefix of this epoch's global order consumed by all ranks together."""
         done = self._start + self._batches_done * self.batch_size * self.world_size
-        return min(self.dataset.num_samples, done)
+        return min(self._epoch_samples(), done)
 
     def state_dict(self) -> dict:
         """Where things stand: a small JSON-safe dict (see :meth:`load_state_dict`).
@@ -116,7 +120,7 @@ class EpochBook:
         with self._iter_lock:
             self._retire_active()
             self._epoch = state["epoch"]
-            self._start = min(state["samples_done"], self.dataset.num_samples)
+            self._start = min(state["samples_done"], self._epoch_samples())
             self._batches_done = 0
             self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
             self._resume = True
@@ -135,7 +139,7 @@ class EpochBook:
         with self._iter_lock:
             self._retire_active()
             self._epoch = self._upcoming_epoch()
-            self._start = min(self.dataset.num_samples, batches * self.batch_size * self.world_size)
+            self._start = min(self._epoch_samples(), batches * self.batch_size * self.world_size)
             self._batches_done, self._batches_base, self._resume = 0, batches, True
 
     def _current(self, it: _LoaderIterator) -> bool:

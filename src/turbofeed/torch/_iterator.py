@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..engine.choose import decode_stage
-from ..engine.fetch import fetch_stage
+from ..engine.layout import fetch_stage
 from ..engine.run import BatchStage, Engine
 from ..engine.slots import Slot
 from ..engine.stages import HostBatch, StageInfo, chw_with_label
 from ..engine.stream import Job
 from ..engine.work import SampleWork
-from ..plan import make_epoch_plan
 from .collate import collate, field_batch
 from .device import CudaDelivery, apply_output
 
@@ -62,10 +61,7 @@ class _LoaderIterator:
         worker_transform = transform
         if transform is not None and self.device_output is not None:
             worker_transform = transform.without_output()
-        plan = make_epoch_plan(loader.dataset.num_samples, batch_size=loader.batch_size, seed=loader.seed,
-                               epoch=epoch, shuffle=loader.shuffle, rank=loader.rank,
-                               world_size=loader.world_size, drop_last=loader.drop_last, start=start,
-                               stream=loader.stream_layout)
+        plan = loader._plan(epoch, start)
         self.batches = len(plan)
         policy = loader._policy.for_pass()  # shared by this pass's threads and batch stages
         callables = transform.callables if transform is not None else []

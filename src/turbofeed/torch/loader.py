@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
-from ..engine.fetch import stream_layout
+from ..engine.layout import epoch_draw, stream_layout
 from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
-from ..plan import StreamLayout, count_batches, plan_fingerprint
+from ..plan import EpochDraw, EpochPlan, StreamLayout, count_batches, make_epoch_plan, plan_fingerprint
 from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
@@ -97,6 +97,14 @@ class DataLoader(EpochBook, TorchDropIn):
             node cache), each ``s3://`` shard downloaded whole ahead of its block and
             released after it, the nodes reading disjoint shards. Default (None): on when
             the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
+        weights: mix several datasets: ``data`` is a list of datasets (folders, globs,
+            ``s3://`` prefixes) and each gets this share of every epoch's samples
+            (exactly, by largest remainder), repeating its samples only when its share
+            exceeds its size. Deterministic per (seed, epoch) and resumable.
+        epoch_size: samples per epoch (default: every sample once); with ``resample``,
+            the length of each "epoch" of an infinite stream.
+        resample: draw shards with replacement (WebDataset's resampled shards): each
+            epoch is ``epoch_size`` samples of shards picked at random.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -123,7 +131,8 @@ class DataLoader(EpochBook, TorchDropIn):
                  batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
-                 streaming: bool | None = None) -> None:
+                 streaming: bool | None = None, weights: Sequence[float] | None = None,
+                 epoch_size: int | None = None, resample: bool = False) -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
@@ -151,6 +160,9 @@ class DataLoader(EpochBook, TorchDropIn):
         self.rank, self.world_size = env.rank, env.world_size
         self.stream_layout: StreamLayout | None = stream_layout(
             self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
+        self._draw_options = dict(weights=weights, epoch_size=epoch_size, resample=resample, format=format, s3=s3)
+        self.draw: EpochDraw | None = epoch_draw(self.dataset, data, **self._draw_options)  # type: ignore[arg-type]
+        self._data = data
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
@@ -186,9 +198,21 @@ class DataLoader(EpochBook, TorchDropIn):
                                                                capacity=prefetch + 2)
 
     def _plan_fingerprint(self) -> str:
-        streamed = {} if self.stream_layout is None else {"streaming": True}
+        more: dict[str, Any] = {} if self.stream_layout is None else {"streaming": True}
+        if self.draw is not None:
+            more["draw"] = self.draw.fingerprint()
         return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
-                                drop_last=self.drop_last, **streamed)
+                                drop_last=self.drop_last, **more)
+
+    def _epoch_samples(self) -> int:
+        """Samples in every epoch's global order."""
+        return self.dataset.num_samples if self.draw is None else self.draw.size
+
+    def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
+        """This rank's plan of ``epoch`` after ``start`` samples of its global order."""
+        return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
+                               shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
+                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
 
     def _stream_state(self) -> dict[str, Any]:
         return {} if self.stream_layout is None else self.stream_layout.state()
@@ -217,7 +241,7 @@ class DataLoader(EpochBook, TorchDropIn):
 
     # -- sizes -------------------------------------------------------------------------
     def _per_rank(self) -> int:
-        n, w = self.dataset.num_samples, self.world_size
+        n, w = self._epoch_samples(), self.world_size
         return n // w if self.drop_last else -(-n // w)
 
     def __len__(self) -> int:
@@ -282,6 +306,8 @@ class DataLoader(EpochBook, TorchDropIn):
             self.stream_layout = stream_layout(self.dataset, True, nodes=self.world_size // layout.ranks_per_node,
                                                ranks_per_node=layout.ranks_per_node,
                                                canonical_nodes=layout.canonical_nodes, block_bytes=layout.block_bytes)
+        if self.draw is not None:
+            self.draw = epoch_draw(self.dataset, self._data, **self._draw_options)  # type: ignore[arg-type]
         self._fingerprint = self._plan_fingerprint()
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "

@@ -1,4 +1,8 @@
-"""Streaming mode's choices: when a pass streams, its order's layout, and its fetch stage.
+"""How the order of an epoch is laid out: which samples it draws (weighted mixing,
+resampling), whether it streams, and streaming's fetch stage.
+
+Mixing: ``weights`` gives each entry of the data list (a dataset: folder, glob or
+``s3://`` prefix) its share of every epoch (:class:`turbofeed.plan.EpochDraw`).
 
 Streaming (see ``docs/streaming.md``) is on when asked (``streaming=True``) or, by
 default, when the dataset's ``s3://`` shards add up to more than the node cache holds.
@@ -12,15 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..plan import EpochPlan
-from ..plan.streaming import StreamLayout
+from ..errors import DatasetError
+from ..plan import EpochDraw, EpochPlan, StreamLayout
 
 if TYPE_CHECKING:
-    from ..io import Dataset
+    from ..io import Dataset, PathSpec, S3Config
     from .run import FetchAhead
 
 log = logging.getLogger("turbofeed")
@@ -83,3 +88,35 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None) 
 
     return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,
                          concurrency=max(2, dataset.s3.config.prefetch_shards))
+
+
+def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,
+               resample: bool, format: str | None = None, s3: S3Config | None = None) -> EpochDraw | None:
+    """The draw of every epoch, or None for every sample once.
+
+    ``weights`` needs ``data`` to be a list with one weight per entry; each entry's
+    sources (resolved again, one listing each) form its group.
+
+    Raises:
+        ValueError: weights that do not match the data list; a bad ``epoch_size``.
+    """
+    if weights is None and epoch_size is None and not resample:
+        return None
+    if epoch_size is not None and (isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1):
+        raise ValueError(f"epoch_size must be a positive int, got {epoch_size!r}")
+    groups = None
+    if weights is not None:
+        items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+        if len(items) != len(weights):
+            raise ValueError(f"weights has {len(weights)} entries but the data list {len(items)}: give one "
+                             f"weight per dataset, e.g. data=['s3://a/', 's3://b/'], weights=[0.7, 0.3]")
+        from ..io import resolve
+
+        counts = [len(resolve(item, format, s3=s3)) for item in items]
+        if sum(counts) != len(dataset.sources):
+            raise DatasetError(f"the data lists {sum(counts)} sources now, {len(dataset.sources)} when it was "
+                               "opened (changed meanwhile?)")
+        groups = np.repeat(np.arange(len(items)), counts).astype(np.int64)
+        weights = tuple(float(w) for w in weights)
+    return EpochDraw(shard_sizes=np.diff(dataset.starts), groups=groups, weights=weights, epoch_size=epoch_size,
+                     resample=resample)

@@ -1,0 +1,105 @@
+"""Weighted mixing of datasets and resampled epochs through the DataLoader, on real tar
+shards: exact shares per dataset, deterministic per (seed, epoch), resumable, streamed."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import Counter
+
+import pytest
+from builders import small_jpeg, write_tar
+
+import turbofeed
+from turbofeed import transforms as T
+
+
+def shards(folder, name: str, count: int, per_shard: int) -> str:
+    os.makedirs(folder, exist_ok=True)
+    for s in range(count):
+        members = []
+        for i in range(per_shard):
+            key = f"{name}{s}-{i:03d}"
+            members += [(f"{key}.jpg", small_jpeg(zlib.crc32(key.encode()) % 10_000)), (f"{key}.cls", b"1" if name == "b" else b"0")]
+        write_tar(os.path.join(folder, f"{name}-{s:03d}.tar"), members)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("mix")
+    return shards(root / "a", "a", 4, 10), shards(root / "b", "b", 2, 10)  # 40 and 20 samples
+
+
+def load(data, **kw):
+    kw.setdefault("shuffle", True)
+    return turbofeed.DataLoader(data, batch_size=8, num_workers=2, return_keys=True,
+                                transform=T.Compose([T.Resize(16)]), **kw)
+
+
+def keys(loader) -> list[str]:
+    return [k.rsplit("/", 1)[-1] for batch in loader for k in batch[2]]
+
+
+def test_weights_give_each_dataset_its_exact_share(two):
+    dl = load(list(two), weights=[1, 3], epoch_size=40, drop_last=False)
+    assert len(dl) == 5
+    got = keys(dl)
+    count = Counter(k[0] for k in got)
+    assert count == {"a": 10, "b": 30}
+    a = Counter(k for k in got if k[0] == "a")
+    b = Counter(k for k in got if k[0] == "b")
+    assert max(a.values()) == 1                    # a's 10 of 40: no repeats
+    assert set(b.values()) == {1, 2} and len(b) == 20  # b's 30 of 20: each once or twice
+    again = keys(dl)
+    assert again != got and Counter(k[0] for k in again) == count  # next epoch: a new draw, same shares
+
+
+def test_weights_are_deterministic_and_labels_follow_the_samples(two):
+    first = load(list(two), weights=[1, 1], seed=5)
+    second = load(list(two), weights=[1, 1], seed=5)
+    batches = list(first)
+    assert [k.rsplit("/", 1)[-1] for b in batches for k in b[2]] == keys(second)
+    for images, labels, ks in batches:
+        for label, k in zip(labels.tolist(), ks):
+            assert label == (1 if k.rsplit("/", 1)[-1][0] == "b" else 0)
+    assert keys(load(list(two), weights=[1, 1], seed=6)) != keys(second)
+
+
+def test_weights_must_match_the_data_list(two):
+    with pytest.raises(ValueError, match="one weight per dataset"):
+        load(list(two), weights=[1, 2, 3])
+    with pytest.raises(ValueError, match="epoch_size"):
+        load(list(two), epoch_size=0)
+
+
+def test_resampled_epochs_draw_shards_with_replacement(two):
+    dl = load(two[0], resample=True, epoch_size=30)
+    assert len(dl) == 4
+    e0, e1 = keys(dl), keys(dl)
+    assert len(e0) == len(e1) == 30 and e0 != e1
+    shards_seen = Counter(k.split("-")[0] for k in e0)
+    assert sum(shards_seen.values()) == 30
+    dl.set_epoch(0)
+    assert keys(dl) == e0  # a pure function of (seed, epoch)
+
+
+def test_a_mixed_epoch_resumes_exactly(two):
+    whole = keys(load(list(two), weights=[2, 1], epoch_size=48))
+    dl = load(list(two), weights=[2, 1], epoch_size=48)
+    it = iter(dl)
+    head = [k.rsplit("/", 1)[-1] for _ in range(2) for k in next(it)[2]]
+    state = dl.state_dict()
+    again = load(list(two), weights=[2, 1], epoch_size=48)
+    again.load_state_dict(state)
+    assert head + keys(again) == whole
+    other = load(list(two), weights=[1, 2], epoch_size=48)
+    with pytest.raises(ValueError, match="plan"):
+        other.load_state_dict(state)
+
+
+def test_weights_with_streaming_order(two):
+    dl = load(list(two), weights=[1, 1], epoch_size=40, streaming=True)
+    assert dl.stream_layout is not None
+    got = keys(dl)
+    assert Counter(k[0] for k in got) == {"a": 20, "b": 20}
