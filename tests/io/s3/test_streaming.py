@@ -206,3 +206,48 @@ def test_ranks_of_a_node_share_its_downloads(config, data, tmp_path, monkeypatch
     # the client (and its counters) is shared by the two loaders of this process
     downloaded = dls[0].dataset.storage_stats()["shards_downloaded"] - base // 2
     assert downloaded <= SHARDS + 2, downloaded
+
+
+KILLED_RUN = r"""
+import json, os, signal, sys
+import turbofeed
+from turbofeed import transforms as T
+log, kill_at, cache, state = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dl = turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, shuffle=True, return_keys=True,
+                          cache_dir=os.environ["TURBOFEED_CACHE_DIR"], transform=T.Compose([T.Resize(16)]),
+                          s3=turbofeed.S3Config(cache_max_bytes=cache))
+if state != "-":
+    dl.load_state_dict(json.load(open(state)))
+with open(log, "a") as f:
+    for step, (_, _, keys) in enumerate(dl):
+        f.write(json.dumps({"keys": [k.rsplit("/", 1)[-1] for k in keys], "state": dl.state_dict()}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+        if step + 1 == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no atexit: as a node that dies
+""".replace("PREFIX", repr(PREFIX))
+
+
+def test_killed_and_resumed_run_equals_an_uninterrupted_one(config, data, tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TURBOFEED_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(log, kill_at: int, state: str = "-") -> int:
+        done = subprocess.run([sys.executable, "-c", KILLED_RUN, str(log), str(kill_at),
+                               str(config.cache_max_bytes), state], env=env, capture_output=True, text=True,
+                              timeout=180)
+        return done.returncode
+
+    whole = keys_of(loader(config, tmp_path / "whole"))
+    log = tmp_path / "run.jsonl"
+    assert run(log, 9) == -signal.SIGKILL
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 9
+    (tmp_path / "state.json").write_text(json.dumps(lines[-1]["state"]))
+    assert run(log, 0, str(tmp_path / "state.json")) == 0  # the same node cache, left as the kill left it
+    got = [k for line in json.loads("[" + ",".join(log.read_text().splitlines()) + "]") for k in line["keys"]]
+    assert got == whole
