@@ -7,6 +7,12 @@ Run it under torchrun (one process per GPU; or per CPU slot with --gpus 0):
     torchrun --nnodes=2 --node_rank=0 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 \\
         examples/distributed_ddp.py --data-path ...        # and --node_rank=1 on the second node
 
+Shards in S3 larger than a node's disk stream through a bounded node cache, the ranks of
+a node sharing its downloads (LOCAL_WORLD_SIZE ranks per node):
+
+    torchrun --nnodes=2 ... examples/distributed_ddp.py --data-path s3://bucket/train/ \\
+        --streaming --cache-bytes 200000000000
+
 or let it start its own processes on each node:
 
     python examples/distributed_ddp.py --data-path ... --gpus 8 --nodes 2 --node-rank 0 --master-addr HOST0
@@ -49,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, default=29512)
+    p.add_argument("--streaming", action="store_true",
+                   help="stream s3:// shards block by block through the node cache "
+                        "(default: only when they exceed the cache)")
+    p.add_argument("--cache-bytes", type=int, default=None,
+                   help="node cache bound for s3:// shards "
+                        "(default: $TURBOFEED_S3_CACHE_SIZE, else half the free space)")
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--workers", type=int, default=2, help="turbofeed decode threads per process")
@@ -121,7 +133,9 @@ def train(args: argparse.Namespace) -> None:
         args.data_path, batch_size=args.batch_size, num_workers=args.workers, shuffle=True,
         seed=args.seed, drop_last=args.drop_last, enable_distributed=True,
         transform=T.imagenet_train(args.image_size, normalize=True),
-        device=device if use_cuda else None, return_keys=bool(args.log_keys))
+        device=device if use_cuda else None, return_keys=bool(args.log_keys),
+        streaming=True if args.streaming else None,
+        s3=turbofeed.S3Config(cache_max_bytes=args.cache_bytes) if args.cache_bytes else None)
     model = TinyNet(args.classes).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
     lr = args.base_lr * world  # linear scaling rule

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from ..engine.counters import Counters
 
@@ -131,7 +132,13 @@ class FaultProxy:
 
     For checks: ``latency`` seconds are added to every forwarded request (so requests
     overlap), ``max_in_flight`` is the most requests the proxy held at once, and
-    ``access_keys`` the access key ids that signed requests.
+    ``access_keys`` the access key ids that signed requests. ``traffic()`` says how many
+    bytes and GETs went to each object (what a node fetched), ``reset_traffic()`` starts
+    a new count (per epoch, per phase)::
+
+        with FaultProxy(server.endpoint) as proxy:
+            ...                              # read s3://bucket/data/ through proxy.endpoint
+            proxy.traffic()["by_object"]["bucket/data/shard-000000.tar"]  # {"gets": 2, "bytes": 46428160}
     """
 
     def __init__(self, upstream: str, *, drop: float = 0.0, slowdown: float = 0.0,
@@ -147,6 +154,8 @@ class FaultProxy:
         self.in_flight = 0
         self.max_in_flight = 0
         self.access_keys: set[str] = set()
+        self._bytes = self._gets = 0
+        self._by_object: dict[str, dict[str, int]] = {}
         self._connections: set[socket.socket] = set()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -169,6 +178,43 @@ class FaultProxy:
     def counts(self) -> dict[str, int]:
         """Requests seen, and faults injected by kind (``drop``, ``slowdown``, ``truncate``): a copy."""
         return self._counts.as_dict()
+
+    def traffic(self) -> dict[str, Any]:
+        """Response body bytes sent and GET requests received since the start or the last
+        :meth:`reset_traffic`, in total and per object: a copy, consistent across its fields::
+
+            {"bytes": 3145828, "gets": 2,
+             "by_object": {"bucket/some/key": {"gets": 2, "bytes": 3145828}}}
+
+        An object is named ``bucket/key`` (path-style requests, as turbofeed and the test
+        clients send; the key URL-decoded, no query); a request to a bucket itself (a
+        listing) counts under ``bucket``. Every GET counts once on arrival, ranged or not,
+        faulted or not. Bytes are body bytes written back to the client (a truncated body
+        by the half sent, a ``503 SlowDown`` by its XML; HEAD answers send none), counted
+        just before the write, so a client that has its answer also sees it counted.
+        """
+        with self._lock:
+            return {"bytes": self._bytes, "gets": self._gets,
+                    "by_object": {name: dict(counts) for name, counts in self._by_object.items()}}
+
+    def reset_traffic(self) -> dict[str, Any]:
+        """Start the traffic counts from zero; returns the counts until now (as :meth:`traffic`),
+        taken under the same lock, so no request is counted in both or in neither."""
+        with self._lock:
+            before = {"bytes": self._bytes, "gets": self._gets, "by_object": self._by_object}
+            self._bytes = self._gets = 0
+            self._by_object = {}
+        return before
+
+    def _count_traffic(self, name: str, *, get: bool = False, sent: int = 0) -> None:
+        if not (get or sent):
+            return  # an upload or a HEAD: no entry
+        with self._lock:
+            counts = self._by_object.setdefault(name, {"gets": 0, "bytes": 0})
+            counts["gets"] += get
+            self._gets += get
+            counts["bytes"] += sent
+            self._bytes += sent
 
     def _enter(self, authorization: str | None) -> None:
         with self._lock:
@@ -252,9 +298,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._left = True
             self.owner._leave()
 
+    def _send_body(self, payload: bytes) -> None:
+        self.owner._count_traffic(self._object, sent=len(payload))
+        self.wfile.write(payload)
+
     def _relay_counted(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        self._object = unquote(urlsplit(self.path).path).strip("/")
+        self.owner._count_traffic(self._object, get=self.command == "GET")
         fault = self.owner._choose(self.command)
         if fault == "drop":
             self.close_connection = True
@@ -265,7 +317,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(_SLOWDOWN)))
             self.end_headers()
-            self.wfile.write(_SLOWDOWN)
+            self._send_body(_SLOWDOWN)
             return
         if self.owner.latency:
             time.sleep(self.owner.latency)
@@ -293,10 +345,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if head:
             return
         if fault == "truncate" and len(payload) > 1:
-            self.wfile.write(payload[:len(payload) // 2])
+            self._send_body(payload[:len(payload) // 2])
             self.wfile.flush()
             self.close_connection = True
             return
-        self.wfile.write(payload)
+        self._send_body(payload)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _relay
