@@ -173,7 +173,7 @@ def test_help_is_plain_text_with_every_option_explained():
     top = run_cli("--help")
     assert top.returncode == 0 and "``" not in top.stdout
     assert "--version" in top.stdout
-    commands = ["make-dataset", "convert", "inspect", "bench", "gds-status", "doctor"]
+    commands = ["make-dataset", "convert", "index", "inspect", "bench", "gds-status", "doctor"]
     for name in commands:
         assert name in top.stdout
     for name in commands:
@@ -188,6 +188,31 @@ def test_help_is_plain_text_with_every_option_explained():
             flat = " ".join(entry.split())
             if not flat.startswith("-h, --help"):
                 assert "default" in flat or flat.endswith("(required)"), f"turbofeed {name}: {flat}"
+
+
+def test_index_writes_one_file_that_loaders_then_use(tmp_path):
+    data = str(tmp_path / "ds")
+    assert run_cli("make-dataset", data, "--count", "12", "--per-shard", "4", "--classes", "3").returncode == 0
+    done = run_cli("index", data)
+    assert done.returncode == 0, done.stderr
+    found = re.fullmatch(r"wrote (\S+): 3 shards, 12 samples, [\d.]+ KiB \(([\d.]+) bytes/sample\) in [\d.]+ s\n",
+                         done.stdout)
+    assert found and found.group(1) == os.path.join(data, "turbofeed.index"), done.stdout
+    assert float(found.group(2)) == pytest.approx(os.path.getsize(found.group(1)) / 12, abs=0.1)
+    report = json.loads(run_cli("inspect", data, "--json", "--probe", "0").stdout)
+    assert report["samples"] == 12 and report["sources"] == 3  # the index is no shard
+    assert report["dataset_index"] == found.group(1)
+    out = str(tmp_path / "other" / "ds.index")
+    done = run_cli("index", os.path.join(data, "shard-00000{0,1}.tar"), "--out", out, "--threads", "1")
+    assert done.returncode == 0 and done.stdout.startswith(f"wrote {out}: 2 shards, 8 samples"), done.stderr
+
+
+def test_index_of_something_else_than_tar_shards_is_a_one_line_error(tmp_path):
+    made = run_cli("make-dataset", str(tmp_path / "images"), "--count", "4", "--layout", "folder")
+    assert made.returncode == 0, made.stderr
+    done = run_cli("index", str(tmp_path / "images"))
+    assert done.returncode == 2 and done.stdout == ""
+    assert re.fullmatch(r"turbofeed: error: \S+: the dataset index describes tar shards .*\n", done.stderr), done.stderr
 
 
 def test_doctor_is_a_command():

@@ -1,4 +1,4 @@
-"""The turbofeed command: make-dataset, convert, inspect, bench, gds-status, doctor.
+"""The turbofeed command: make-dataset, convert, index, inspect, bench, gds-status, doctor.
 
 Every failure ends as one ``turbofeed: error: ...`` line on stderr with exit status 2
 (130 after Ctrl-C), never a traceback: see :func:`main`.
@@ -95,6 +95,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    from ._index_cli import cmd_index as run  # the dataset index: see io/dsindex
+
+    return run(args)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .decode import probe
     from .io import Dataset
@@ -120,6 +126,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = {
         "samples": ds.num_samples,
         "sources": len(ds.sources),
+        "dataset_index": None if ds.index is None else ds.index.origin,
         "classes": len(per_class),
         "class_names": ds.class_names[:10] if ds.class_names else None,
         "samples_per_class": {"min": min(per_class.values()), "max": max(per_class.values())}
@@ -263,6 +270,19 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a format option, repeatable, e.g. -o images=pixels -o labels=none "
                               "(see docs/formats.md) (default: none)")
     convert.set_defaults(func=cmd_convert)
+
+    index = sub.add_parser(
+        "index", help="write the dataset index: one file loaders start from instead of indexing every shard",
+        description="Index every tar shard of DATA (local or s3://) into one compact file (counts, keys, "
+        "labels, member offsets; a few tens of bytes per sample) that loaders map at start. Loaders look "
+        "for it next to the data, then in the index cache; a shard changed since is indexed on its own, "
+        "with a warning to run this again.", **common)
+    index.add_argument("data", nargs="+", help="tar shards: folder, pattern, list or s3://bucket/prefix/")
+    index.add_argument("--out", metavar="PATH", help="write it here, a file or s3:// URL (default: "
+                       "DATA/turbofeed.index for a writable folder or an s3:// prefix, else the index cache; "
+                       "elsewhere, pass Dataset(..., index=PATH))")
+    index.add_argument("--threads", type=positive, metavar="N", default=8, help="shards indexed at once")
+    index.set_defaults(func=cmd_index)
 
     inspect = sub.add_parser("inspect", help="counts, classes, image sizes of a dataset", **common)
     inspect.add_argument("data", nargs="+", help="shards, pattern, or folder")

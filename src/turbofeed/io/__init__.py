@@ -5,7 +5,8 @@ Layout: :mod:`.source` (the protocol every source implements), :mod:`.registry` 
 format a path holds, and the one factory that opens its source), :mod:`.dataset`;
 ``local/`` (tar shards and their index, folders, open files, writing shards),
 ``arrays/`` (HDF5, Zarr, .npy, Parquet, TFRecord and the block cache), ``s3/`` (client, URLs,
-node cache, shards). Other packages import only the names below.
+node cache, shards), ``dsindex/`` (the compact dataset index of ``turbofeed index``). Other
+packages import only the names below.
 """
 
 from ..errors import MissingExtra
@@ -15,6 +16,7 @@ from .arrays.parquet import ParquetSource
 from .arrays.tfrecord import TFRecordSource
 from .arrays.zarr import ZarrSource
 from .dataset import Dataset
+from .dsindex import DatasetIndex, IndexSummary, build_index
 from .local.folder import FolderSource
 from .local.index import default_cache_dir, load_index
 from .local.tar import TarSource
@@ -25,7 +27,8 @@ from .source import Source
 from .table import SampleTable, parse_label, pick_member, split_key
 
 __all__ = [
-    "Dataset", "FORMATS", "FolderSource", "HDF5Source", "MissingExtra", "NpySource", "ParquetSource",
-    "PathSpec", "S3Config", "SampleTable", "Source", "TFRecordSource", "TarSource", "ZarrSource", "default_cache_dir",
-    "expand_braces", "load_index", "parse_label", "pick_member", "resolve", "split_key",
+    "Dataset", "DatasetIndex", "FORMATS", "FolderSource", "HDF5Source", "IndexSummary", "MissingExtra",
+    "NpySource", "ParquetSource", "PathSpec", "S3Config", "SampleTable", "Source", "TFRecordSource", "TarSource",
+    "ZarrSource", "build_index", "default_cache_dir", "expand_braces", "load_index", "parse_label", "pick_member",
+    "resolve", "split_key",
 ]

@@ -14,12 +14,14 @@ from tqdm.auto import tqdm
 from ..engine.executor import Executor, result_or_closed
 from ..errors import DatasetError
 from .arrays.common import parse_options
+from .dsindex.find import find_index
 from .labels import label_ids
 from .paths import PathSpec
 from .registry import Opener, resolve
 from .source import Source
 
 if TYPE_CHECKING:
+    from .dsindex.load import DatasetIndex
     from .s3.config import S3Config
     from .s3.shards import S3Shards
 
@@ -53,12 +55,21 @@ class Dataset:
             whatever names this particular data holds, so train and val agree.
         labels: False when the caller reads members as fields (``.txt`` captions are not
             class names): no label is parsed, every sample gets -1.
+        index: the dataset index (``turbofeed index DATA``, :mod:`turbofeed.io.dsindex`):
+            None looks for it next to the data, then in the index cache; a path or
+            ``s3://`` URL names it; False indexes every shard on its own. Shards it
+            describes as they are now are built from it (one ``stat`` per local shard, no
+            read; ``s3://``: the listing's ETags, no GET of shard bytes); the others are
+            indexed on their own, with one warning.
+
+    Attributes:
+        index: the :class:`~turbofeed.io.dsindex.DatasetIndex` used, or None.
     """
 
     def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
                  format: str | None = None, format_options: dict | None = None,
                  s3: S3Config | None = None, classes: Sequence[str] | None = None,
-                 labels: bool = True) -> None:
+                 labels: bool = True, index: str | os.PathLike | bool | None = None) -> None:
         parse_options(format_options)
         self.use_labels = labels  # a misspelt option fails before any file is opened
         self.classes = _check_classes(classes)
@@ -67,20 +78,30 @@ class Dataset:
         self._opener = Opener(located, on_damage=on_damage, cache_dir=cache_dir,
                               format_options=format_options, s3=s3, classes=self.classes, labels=labels)
         self.s3: S3Shards | None = self._opener.shards
+        self.index: DatasetIndex | None = None
+        if index is not False:
+            named = None if index is None or index is True else os.fspath(index)
+            self.index = find_index(spec, located, index=named, cache_dir=cache_dir, s3=s3)
         self.sources: list[Source] = self._open_all(located)
         _log_problems(self.sources)
         self._join()
 
     def _open_all(self, located: list[tuple[str, str]]) -> list[Source]:
-        """Open every source, up to 8 at once: index files are small reads, and threads
-        overlap their latency on slow disks. Raises the error of the first source (in
-        order) that fails; the ones not started yet are not opened."""
-        indexers = Executor(max(1, min(8, len(located))), "index")
+        """The sources the dataset index describes (no file read), then every other one,
+        up to 8 at once: index files are small reads, and threads overlap their latency
+        on slow disks. Raises the error of the first source (in order) that fails; the
+        ones not started yet are not opened."""
+        ready = {} if self.index is None else self.index.sources(located, self._opener)
+        todo = [k for k in range(len(located)) if k not in ready]
+        if not todo:
+            return [ready[k] for k in range(len(located))]
+        indexers = Executor(max(1, min(8, len(todo))), "index")
         try:
-            opening = [indexers.submit(self._opener.open, kind, path) for kind, path in located]
-            return [result_or_closed(f) for f in tqdm(
-                opening, desc="turbofeed: indexing", unit="shard",
-                disable=True if len(located) < 32 else None, leave=False)]
+            opening = {k: indexers.submit(self._opener.open, *located[k]) for k in todo}
+            for k in tqdm(todo, desc="turbofeed: indexing", unit="shard",
+                          disable=True if len(todo) < 32 else None, leave=False):
+                ready[k] = result_or_closed(opening[k])
+            return [ready[k] for k in range(len(located))]
         finally:
             indexers.close()
 

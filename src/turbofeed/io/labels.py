@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import DatasetError
+from .columns import INT, NAME, LabelArrays, label_arrays
 from .source import Source
 
 log = logging.getLogger("turbofeed")
@@ -31,69 +32,117 @@ log = logging.getLogger("turbofeed")
 def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.ndarray, list[str] | None]:
     """``(ids, class_names)`` for the samples of ``sources`` in order (see the table above).
 
+    Works on each table's labels as arrays (:func:`~turbofeed.io.columns.label_arrays`):
+    tables read from the dataset index cost numpy work per shard, no Python per sample.
+
     Raises:
         DatasetError: a name not in ``classes``, an integer outside ``range(len(classes))``,
             integers mixed with names without ``classes``, or ImageFolder roots whose class
             folders differ (each names the shard and sample, or the roots).
     """
-    raw = [label for s in sources for label in s.table.labels]
+    parts = [label_arrays(s.table.labels) for s in sources]
     # sources whose labels are ids into their own class names already (ImageFolder trees)
     folders = [(s, s.classes) for s in sources if s.classes]
-    others = [s for s in sources if s.classes is None]
+    others = [p for s, p in zip(sources, parts) if s.classes is None]
     if classes is not None:
         ids = {name: i for i, name in enumerate(classes)}
-        _check_known(sources, ids)
-        return np.array([-1 if x is None else ids[x] if isinstance(x, str) else x for x in raw],
-                        dtype=np.int64), list(classes)
-    names = sorted({x for s in others for x in s.table.labels if isinstance(x, str)})
-    numbers = any(isinstance(x, int) for s in others for x in s.table.labels)
+        _check_known(sources, parts, ids)
+        return _numbered(parts, ids), list(classes)
+    found: set[str] = set()
+    for p in others:
+        found.update(_names_used(p))
+    names = sorted(found)
+    numbers = any(bool((p.kind == INT).any()) for p in others)
     if folders:  # their labels are ids already: positions in their sorted folder names
-        lists = {tuple(found) for _, found in folders}
+        lists = {tuple(folder) for _, folder in folders}
         if len(lists) > 1:
-            shown = "; ".join(f"{s.path}: {len(found)} classes" for s, found in folders[:3])
+            shown = "; ".join(f"{s.path}: {len(folder)} classes" for s, folder in folders[:3])
             raise DatasetError(f"ImageFolder roots with different class folders ({shown}) would give "
                                "one id to different classes; pass classes=[...] to fix the ids")
         if numbers or not set(names) <= set(folders[0][1]):
-            _mixed(sources)
+            _mixed(sources, parts)
         names = list(folders[0][1])
     elif names and numbers:
-        _mixed(sources)
+        _mixed(sources, parts)
     if not names:
-        return np.array([-1 if x is None else x for x in raw], dtype=np.int64), None
+        return _numbered(parts, {}), None
     log.warning("turbofeed: class ids come from the %d class names found in this data, in sorted "
                 "order (%s); a loader over other data (a validation split missing a class) would "
                 "number them differently: pass classes=[...] (e.g. this loader's class_names) to fix "
                 "them", len(names), ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
-    ids = {name: i for i, name in enumerate(names)}
-    return np.array([-1 if x is None else ids[x] if isinstance(x, str) else x for x in raw],
-                    dtype=np.int64), names
+    return _numbered(parts, {name: i for i, name in enumerate(names)}), names
 
 
-def _check_known(sources: Sequence[Source], ids: dict[str, int]) -> None:
+def _names_used(p: LabelArrays) -> list[str]:
+    """The class names the labels of one table use (not every name of its name table)."""
+    used = np.unique(p.value[p.kind == NAME])
+    return [p.names[j] for j in used.tolist()]
+
+
+class _Lookup:
+    """Each name table's positions -> class ids (-1: not a class), made once per table:
+    the shards of one dataset index share one name table."""
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        self.ids = ids
+        self._made: dict[int, tuple[Sequence[str], np.ndarray]] = {}
+
+    def __call__(self, names: Sequence[str]) -> np.ndarray:
+        hit = self._made.get(id(names))
+        if hit is None or hit[0] is not names:
+            hit = self._made[id(names)] = (names, np.array([self.ids.get(n, -1) for n in names], np.int64))
+        return hit[1]
+
+
+def _numbered(parts: Sequence[LabelArrays], ids: dict[str, int]) -> np.ndarray:
+    """One int64 id per sample: integers as they are, names by ``ids``, no label -1
+    (written in place: no per-table temporaries the size of the dataset)."""
+    lookup = _Lookup(ids)
+    out = np.full(sum(len(p.kind) for p in parts), -1, np.int64)
+    at = 0
+    for p in parts:
+        here = out[at:at + len(p.kind)]
+        at += len(p.kind)
+        ints = p.kind == INT
+        np.copyto(here, p.value, where=ints, casting="unsafe")
+        named = p.kind == NAME
+        if named.any():
+            here[named] = lookup(p.names)[p.value[named]]
+    return out
+
+
+def _check_known(sources: Sequence[Source], parts: Sequence[LabelArrays], ids: dict[str, int]) -> None:
     """Every name is in ``classes`` and every integer is one of its ids."""
-    bad = []
-    for s in sources:
-        for key, label in zip(s.table.keys, s.table.labels):
-            if isinstance(label, str) and label not in ids:
-                bad.append(f"{label!r} ({s.path}/{key})")
-            elif isinstance(label, int) and not 0 <= label < len(ids):
-                bad.append(f"integer label {label} ({s.path}/{key})")
-            if len(bad) == 5:
-                break
+    lookup = _Lookup(ids)
+    bad: list[str] = []
+    for s, p in zip(sources, parts):
+        unknown = p.kind == NAME
+        if unknown.any():
+            unknown[unknown] = lookup(p.names)[p.value[unknown]] < 0
+        outside = (p.kind == INT) & ((p.value < 0) | (p.value >= len(ids)))
+        for i in np.flatnonzero(unknown | outside)[:5 - len(bad)].tolist():
+            key = s.table.keys[i]
+            if p.kind[i] == NAME:
+                bad.append(f"{p.names[int(p.value[i])]!r} ({s.path}/{key})")
+            else:
+                bad.append(f"integer label {int(p.value[i])} ({s.path}/{key})")
+        if len(bad) == 5:
+            break
     if bad:
         raise DatasetError(f"labels not among the {len(ids)} classes given: {', '.join(bad)}; "
                            "add them to classes=[...] or remove those samples")
 
 
-def _mixed(sources: Sequence[Source]) -> None:
+def _mixed(sources: Sequence[Source], parts: Sequence[LabelArrays]) -> None:
     number = name = None
-    for s in sources:
-        for key, label in zip(s.table.keys, s.table.labels):
-            if isinstance(label, str) and name is None:
-                name = f"{label!r} in {s.path}/{key}"
-            elif isinstance(label, int) and number is None:
-                number = f"{label} in {s.path}/{key}" if s.classes is None else \
-                    f"class folders of {s.path}"
+    for s, p in zip(sources, parts):
+        if name is None and (p.kind == NAME).any():
+            i = int(np.flatnonzero(p.kind == NAME)[0])
+            name = f"{p.names[int(p.value[i])]!r} in {s.path}/{s.table.keys[i]}"
+        if number is None and (p.kind == INT).any():
+            i = int(np.flatnonzero(p.kind == INT)[0])
+            number = f"{int(p.value[i])} in {s.path}/{s.table.keys[i]}" if s.classes is None else \
+                f"class folders of {s.path}"
     raise DatasetError(f"the data mixes integer labels ({number}) and class names ({name}): a name's "
                        "sorted position could be another class's integer; pass classes=[...] to say "
                        "which id each name has")

@@ -17,6 +17,8 @@ from ..errors import DatasetError
 
 PathSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 T = TypeVar("T")
+#: The dataset index's file name (:mod:`turbofeed.io.dsindex`): never data, so patterns skip it.
+INDEX_NAME = "turbofeed.index"
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
@@ -59,7 +61,7 @@ def expand_local(text: str, classify: Callable[[str], list[T]]) -> list[T]:
     missing = []
     for path in paths:
         if glob.has_magic(path):
-            hits = sorted(glob.glob(path))
+            hits = sorted(h for h in glob.glob(path) if os.path.basename(h) != INDEX_NAME)
             if not hits:
                 raise DatasetError(f"{path}: pattern matches no files")
             for hit in hits:

@@ -41,7 +41,7 @@ from .arrays.zarr import ZarrSource, is_zarr_store
 from .local.folder import FolderSource
 from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
-from .paths import PathSpec, expand_local
+from .paths import INDEX_NAME, PathSpec, expand_local
 from .s3.shards import S3Shards
 from .s3.urls import resolve_urls
 from .source import Source
@@ -148,6 +148,9 @@ def classify_file(path: str, format: str | None = None) -> tuple[str, str]:
         DatasetError: a directory format for a file, a labels/keys ``.npy``, or a file of
             no known format.
     """
+    if os.path.basename(path) == INDEX_NAME:
+        raise DatasetError(f"{path}: a turbofeed dataset index, not data: pass the dataset it describes "
+                           "(loaders find its index themselves)")
     if format is not None:
         if format in ("folder", "zarr"):
             raise DatasetError(f"{path}: format={format!r} needs a directory, this is a file")

@@ -106,27 +106,37 @@ class SampleTable:
     image only) has empty ``member_*`` arrays (``has_members`` is False); its source's
     default ``read_member`` serves the image alone (see :mod:`turbofeed.io.source`).
 
+    A table read from the dataset index (:mod:`turbofeed.io.dsindex`) holds views of the
+    index's memory-mapped arrays: ``keys``, ``image_names`` and ``labels`` are lazy
+    sequences (:mod:`turbofeed.io.columns`: index, ``len``, iterate, slice, compare with
+    a list), the integer arrays have the narrowest unsigned dtype that holds the index's
+    values (uint32 offsets when every shard is under 4 GiB: use ``int(...)`` before
+    arithmetic), and ``member_start`` holds positions in ``member_*`` arrays that are the
+    whole index's (``member_start[0]`` is not 0: use ``member_start[i]:member_start[i + 1]``
+    as always).
+
     Attributes:
-        keys: sample key per sample.
+        keys: sample key per sample (a list, or a :class:`~turbofeed.io.columns.StrColumn`).
         image_names: member or file name holding the image.
-        offsets: int64 byte offset of the image payload (0 for plain files).
-        sizes: int64 payload size in bytes (-1 when unknown until read).
-        labels: raw label per sample: int, class name, or None.
+        offsets: integer byte offset of the image payload (0 for plain files).
+        sizes: integer payload size in bytes (-1 when unknown until read).
+        labels: raw label per sample: int, class name, or None (a list, or a
+            :class:`~turbofeed.io.columns.LabelColumn`).
         problems: (key, reason) for samples dropped while indexing (no image, bad label).
-        member_start: int64, ``len(self) + 1`` (empty without members).
+        member_start: integers, ``len(self) + 1`` (empty without members).
         member_ext: per member, its extension's position in ``member_exts`` (the
             smallest unsigned dtype that holds them: uint8 up to 256 extensions).
         member_exts: the table's distinct member extensions, as :func:`split_key`
             gives them (``jpg``, ``txt``, ``seg.png``), in order of first appearance.
-        member_offset: int64 byte offset of each member's payload.
-        member_size: int64 payload size of each member in bytes.
+        member_offset: integer byte offset of each member's payload.
+        member_size: integer payload size of each member in bytes.
     """
 
-    keys: list[str] = field(default_factory=list)
-    image_names: list[str] = field(default_factory=list)
+    keys: Sequence[str] = field(default_factory=list)
+    image_names: Sequence[str] = field(default_factory=list)
     offsets: np.ndarray = field(default_factory=_int64s)
     sizes: np.ndarray = field(default_factory=_int64s)
-    labels: list[Label] = field(default_factory=list)
+    labels: Sequence[Label] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
     member_start: np.ndarray = field(default_factory=_int64s)
     member_ext: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))

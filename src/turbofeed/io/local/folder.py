@@ -54,10 +54,9 @@ class FolderSource(Source):
         ids = {name: i for i, name in enumerate(self.classes)}
         table = SampleTable()
         if found:
-            for cls in found:
-                for rel in _images_under(os.path.join(root, cls)):
-                    table.image_names.append(f"{cls}/{rel}")
-                    table.labels.append(ids[cls])
+            pairs = [(f"{cls}/{rel}", ids[cls]) for cls in found for rel in _images_under(os.path.join(root, cls))]
+            table.image_names = [name for name, _ in pairs]
+            table.labels = [label for _, label in pairs]
         else:
             table.image_names = [n for n in sorted(os.listdir(root)) if _is_image(n)]
             table.labels = [None] * len(table.image_names)

@@ -1,6 +1,7 @@
 """The index of a WebDataset tar shard: member offsets read once from the headers, cached.
 
-The index is built from the 512-byte headers only (``tarfile`` seeks over payloads);
+The index is built from the 512-byte headers only (a fast walk over them,
+:mod:`turbofeed.io.local.tarscan`, or ``tarfile`` for shards it does not take);
 small label members are read while indexing so labels cost no I/O later. It records
 every member of each sample (extension, payload offset and size), not only the image:
 the JSON holds ``rows`` (one ``[key, image name, image offset, image size, label]`` per
@@ -23,13 +24,15 @@ import logging
 import os
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import DatasetError
 from ..table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member, split_key
 from .files import FileId, file_id
+from .tarscan import Window, fast_members
 
 log = logging.getLogger("turbofeed")
 
@@ -68,6 +71,21 @@ class TarDamage:
         return [self.offset, self.reason, self.cut]
 
 
+def report_damage(damage: TarDamage | None, path: str, samples: int, on_damage: str) -> None:
+    """Say that the shard at ``path`` is damaged (``samples``: the samples indexed before
+    the damage): raise under ``on_damage="raise"``, else log a warning.
+
+    Raises:
+        DatasetError: ``damage`` and ``on_damage == "raise"``.
+    """
+    if damage is None:
+        return
+    message = damage.describe(path, samples)
+    if on_damage == "raise":
+        raise DatasetError(message)
+    log.warning("turbofeed: %s", message)
+
+
 def unreadable_index(damage: TarDamage, **fields) -> dict:
     """The index of a shard not read at all (no samples), with ``damage`` saying why."""
     return {"rows": [], "members": [], "problems": [], "damage": damage.as_list(), **fields}
@@ -84,6 +102,9 @@ def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | No
     damage, cut_name = None, None
     if file_size == 0:
         return members, TarDamage(0, "empty file (0 bytes)", cut=False)
+    found = fast_members(f.fileno(), file_size)  # a plain, whole shard: no tarfile needed
+    if found is not None:
+        return found, None
     try:
         tf = tarfile.open(fileobj=f, mode="r:")
     except tarfile.TarError as exc:
@@ -138,18 +159,26 @@ def _build_index(path: str) -> dict:
     with open(path, "rb") as f:
         identity = FileId.of(os.fstat(f.fileno()))
         members, damage = _scan(f, identity.size)
-        index = _rows(members, damage, lambda size, offset: os.pread(f.fileno(), size, offset))
+        index = _rows(members, damage, Window(f.fileno()).pread)  # labels lie near their headers
     index.update(version=INDEX_VERSION, file=identity.as_dict())
     return index
 
 
-def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
-          pread: Callable[[int, int], bytes]) -> dict:
+def scan_members(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """The members of the open shard ``f`` that its samples are made of (the last copy of
+    each name) and its damage, if any (the first steps of every tar index)."""
+    members, damage = _scan(f, file_size)
     members, duplicates = _last_copies(members)
-    damage = damage or duplicates
-    names = [m[0] for m in members]
-    rows, row_members, problems = [], [], []
-    for key, group in group_members(names).items():
+    return members, damage or duplicates
+
+
+def sample_rows(members: list[tuple[str, int, int]], pread: Callable[[int, int], bytes],
+                problems: list[tuple[str, str]]) -> Iterator[tuple[str, int, dict[str, int], list | None]]:
+    """``(key, image member, {ext: member}, raw label)`` of each sample of ``members`` (as
+    :func:`scan_members` gives them), in storage order; the raw label is ``[ext, text]``
+    of its label member, or None. Samples without an image, or with a label member over
+    64 KiB, are appended to ``problems`` instead. ``pread(size, offset)`` reads labels."""
+    for key, group in group_members([m[0] for m in members]).items():
         image = pick_image(group)
         if image is None:
             problems.append((key, f"no image member (has {sorted(group)})"))
@@ -163,12 +192,29 @@ def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
                 problems.append((key, f"label member .{ext} is {size} bytes"))
                 continue
             label_raw = [ext, pread(size, offset).decode("utf-8", "replace")]
+        yield key, image, group, label_raw
+
+
+def no_samples(damage: TarDamage | None, members: int, samples: int) -> TarDamage | None:
+    """``damage``, or why a shard without damage has no samples (then it is reported too)."""
+    if samples or damage is not None:
+        return damage
+    return TarDamage(0, f"no samples ({members} members, none a usable image)"
+                     if members else "no members (an empty tar)", cut=False)
+
+
+def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
+          pread: Callable[[int, int], bytes]) -> dict:
+    members, duplicates = _last_copies(members)
+    damage = damage or duplicates
+    rows: list[list] = []
+    row_members: list[list] = []
+    problems: list[tuple[str, str]] = []
+    for key, image, group, label_raw in sample_rows(members, pread, problems):
         name, offset, size = members[image]
         rows.append([key, name, offset, size, label_raw])
         row_members.append([[ext, members[i][1], members[i][2]] for ext, i in group.items()])
-    if not rows and damage is None:
-        damage = TarDamage(0, f"no samples ({len(names)} members, none a usable image)"
-                           if names else "no members (an empty tar)", cut=False)
+    damage = no_samples(damage, len(members), len(rows))
     return {"rows": rows, "members": row_members, "problems": problems,
             "damage": None if damage is None else damage.as_list()}
 
@@ -227,20 +273,21 @@ def table_from_index(index: dict, *, labels: bool = True) -> SampleTable:
     its members; samples whose label cannot be parsed become problems (local and s3://
     shards alike). Without ``labels`` (a loader asking for fields: a ``.txt`` is a
     caption, not a class name) no label is parsed and every indexed sample is kept."""
-    table = SampleTable(problems=[tuple(p) for p in index["problems"]])
+    problems: list[tuple[str, str]] = [(p[0], p[1]) for p in index["problems"]]
+    keys, names, raw_labels = [], [], []
     offsets, sizes, members = [], [], []
     for (key, name, offset, size, label_raw), kept in zip(index["rows"], index["members"], strict=True):
         label, problem = _label_of(label_raw) if labels else (None, None)
         if problem is not None:
-            table.problems.append((key, problem))
+            problems.append((key, problem))
             continue
-        table.keys.append(key)
-        table.image_names.append(name)
-        table.labels.append(label)
+        keys.append(key)
+        names.append(name)
+        raw_labels.append(label)
         offsets.append(offset)
         sizes.append(size)
         members.append(kept)
-    table.offsets = np.asarray(offsets, dtype=np.int64)
-    table.sizes = np.asarray(sizes, dtype=np.int64)
+    table = SampleTable(keys=keys, image_names=names, labels=raw_labels, problems=problems,
+                        offsets=np.asarray(offsets, dtype=np.int64), sizes=np.asarray(sizes, dtype=np.int64))
     table.set_members(members)
     return table

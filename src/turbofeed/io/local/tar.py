@@ -8,15 +8,12 @@ tells the dataset when to index the shard again.
 
 from __future__ import annotations
 
-import logging
-
 from ...errors import DatasetError
 from ..source import Source
+from ..table import SampleTable
 from .compressed import compression_of, plain_copy
 from .files import FILES, FileId, FileRef, file_id, views_enabled
-from .index import TarDamage, default_cache_dir, load_index, table_from_index, unreadable_index
-
-log = logging.getLogger("turbofeed")
+from .index import TarDamage, default_cache_dir, load_index, report_damage, table_from_index, unreadable_index
 
 
 class TarSource(Source):
@@ -54,13 +51,29 @@ class TarSource(Source):
         self._data = FileRef(data_path, FileId(**index["file"]))
         self.file = self._data if data_path == path else FileRef(path, identity)
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
-        if self.damage is not None:
-            message = self.damage.describe(path, len(index["rows"]))
-            if on_damage == "raise":
-                raise DatasetError(message)
-            log.warning("turbofeed: %s", message)
+        report_damage(self.damage, path, len(index["rows"]), on_damage)
         self.table = table_from_index(index, labels=labels)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
+
+    @classmethod
+    def indexed(cls, path: str, identity: FileId, table: SampleTable, damage: TarDamage | None, *,
+                samples: int, on_damage: str = "skip") -> TarSource:
+        """The source of a plain shard whose table comes from a dataset index
+        (:mod:`turbofeed.io.dsindex`), the file at ``path`` having ``identity`` now
+        (checked by the caller): nothing is read here. ``samples`` is the count the
+        index found before any damage (the damage message names it).
+
+        Raises:
+            DatasetError: ``damage`` under ``on_damage="raise"``.
+        """
+        self = cls.__new__(cls)
+        self.path = path
+        self._data = self.file = FileRef(path, identity)
+        self.damage = damage
+        report_damage(damage, path, samples, on_damage)
+        self.table = table
+        self._views = views_enabled()
+        return self
 
     def changed(self) -> bool:
         """True when the shard (or its plain copy) is not the version indexed any more."""

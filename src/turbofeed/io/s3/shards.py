@@ -211,6 +211,12 @@ class S3Shards:
         os.close(fd)
         return self.cache.path(_cache_name(info))
 
+    def adopt(self, src: S3TarSource) -> S3TarSource:
+        """Take ``src``, built from the dataset index (:mod:`..dsindex`), as :meth:`open` would."""
+        with self._lock:
+            self._by_index[self._order[src.path]] = src
+        return src
+
     # ----- prefetch ------------------------------------------------------------------
     def want(self, src: S3TarSource) -> None:
         """Queue ``src`` (and the shards after it) for download into the node cache."""

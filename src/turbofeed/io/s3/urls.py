@@ -1,5 +1,6 @@
 """``s3://`` dataset specs to shard URLs: the process's shared clients, listings, and the
-sizes and ETags they found (so building the shards costs no HEAD per shard).
+sizes and ETags they found (so building the shards costs no HEAD per shard, and finding
+the dataset index object, ``turbofeed.index``, never a shard, costs no request).
 
 Every object that looks like a tar shard is kept, compressed and zero-byte ones too:
 the shards report those they cannot read (:class:`turbofeed.io.s3.shards.S3Shards`) instead of
@@ -16,7 +17,7 @@ import time
 
 from ...errors import DatasetError
 from ..local.index import TAR_SUFFIXES
-from ..paths import expand_braces
+from ..paths import INDEX_NAME, expand_braces
 from ..retry import RemoteError
 from .client import S3Client
 from .config import ObjectInfo, S3Config, default_config, parse_url
@@ -63,6 +64,17 @@ def _remember(client: S3Client, infos: list[ObjectInfo]) -> None:
         _KNOWN[(client.endpoint, info.url)] = (now, info)
 
 
+def index_object(url: str, client: S3Client) -> ObjectInfo | None:
+    """Size and ETag of the dataset index object ``url`` as the listing of its folder that
+    resolved the dataset a moment ago found it, or None: not in that listing, or its
+    folder was not listed whole (a few shards named one by one: no request is spent on
+    looking for it)."""
+    hit = _KNOWN.pop((client.endpoint, url), None)
+    if hit is not None and time.monotonic() - hit[0] < _KNOWN_TTL_S:
+        return hit[1]
+    return None
+
+
 def stat(url: str, client: S3Client) -> ObjectInfo:
     """Size and ETag of ``url``: from the listing that resolved it a moment ago, else a HEAD."""
     hit = _KNOWN.pop((client.endpoint, url), None)
@@ -74,6 +86,11 @@ def stat(url: str, client: S3Client) -> ObjectInfo:
 def is_shard(url: str) -> bool:
     """A tar shard by its name, plain or compressed."""
     return url.endswith(SHARD_SUFFIXES)
+
+
+def is_index(url: str) -> bool:
+    """A dataset index object (:mod:`turbofeed.io.dsindex`), never a shard."""
+    return url.rsplit("/", 1)[-1] == INDEX_NAME
 
 
 def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
@@ -98,9 +115,10 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
             bucket, key = parse_url(url)
             if glob.has_magic(key):
                 head = key[:min(key.find(c) for c in "*?[" if c in key)]
-                hits = [o for o in client.list(f"s3://{bucket}/{head}")
-                        if fnmatch.fnmatchcase(o.url, url)]
-                _remember(client, hits)
+                folder = f"s3://{bucket}/{head[:head.rfind('/') + 1]}"  # as obstore lists anyway
+                listed = client.list(folder)
+                hits = [o for o in listed if fnmatch.fnmatchcase(o.url, url) and not is_index(o.url)]
+                _remember(client, hits + [o for o in listed if is_index(o.url)])  # + the dataset index
                 if not hits:
                     raise DatasetError(f"{url}: pattern matches no objects")
                 out.extend(_check_tars(hits))
@@ -109,10 +127,11 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
                 out.append(url)
             else:
                 folder = url if url.endswith("/") or not key else url + "/"
-                hits = [o for o in client.list(folder) if is_shard(o.url)]
+                listed = client.list(folder)
+                hits = [o for o in listed if is_shard(o.url)]
                 if not hits:
                     raise DatasetError(f"{folder}: no .tar objects under this prefix")
-                _remember(client, hits)
+                _remember(client, hits + [o for o in listed if is_index(o.url)])  # + the dataset index
                 out.extend(o.url for o in hits)
         _check_exist(exact, client)
     except RemoteError as exc:
@@ -138,7 +157,8 @@ def _check_exist(urls: list[str], client: S3Client) -> None:
     for folder, members in folders.items():
         if len(members) > 4:
             listed = {o.url: o for o in client.list(folder)}
-            _remember(client, [listed[u] for u in members if u in listed])
+            _remember(client, [listed[u] for u in members if u in listed]
+                      + [o for o in listed.values() if is_index(o.url)])  # + the dataset index
             missing.extend(u for u in members if u not in listed)
         else:
             for url in members:

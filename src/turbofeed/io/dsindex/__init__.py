@@ -1,0 +1,20 @@
+"""The compact dataset index (issue #17): one file describing every tar shard of a
+dataset (per-shard identity, counts, problems and damage; per sample its key, image
+member, raw label and every member's extension, offset and size) as numpy arrays that
+loaders map instead of indexing each shard.
+
+``turbofeed index DATA`` writes it (:func:`build_index`); :class:`~turbofeed.io.Dataset`
+finds it (:func:`find_index`) and takes from it every shard that is still the version it
+indexed. See docs/formats.md, "The dataset index".
+
+Modules: :mod:`.fileformat` (the file), :mod:`.parts` (one shard's arrays, the whole
+index's), :mod:`.build` (``turbofeed index``), :mod:`.where` (where it is written and
+looked up), :mod:`.find`, :mod:`.load` (a mapped index and its sources).
+"""
+
+from ..paths import INDEX_NAME
+from .build import IndexSummary, build_index
+from .find import find_index, open_index
+from .load import DatasetIndex
+
+__all__ = ["DatasetIndex", "INDEX_NAME", "IndexSummary", "build_index", "find_index", "open_index"]

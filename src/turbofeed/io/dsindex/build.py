@@ -1,0 +1,200 @@
+"""``turbofeed index DATA``: every shard's part read in parallel, joined, written once.
+
+Local shards are read where they are (headers and label members only); ``s3://`` shards
+are downloaded one at a time per thread into a private temporary file, indexed and
+removed. Compressed shards and empty objects are listed without their samples (loaders
+open those on their own, as without the index).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tqdm.auto import tqdm
+
+from ...engine.executor import Executor, result_or_closed
+from ...errors import DatasetError
+from ..local.compressed import compression_of
+from ..local.index import default_cache_dir, scan_members
+from ..local.tarscan import Window
+from ..paths import INDEX_NAME, PathSpec
+from ..registry import resolve
+from ..retry import RemoteError
+from ..s3.client import S3Client
+from ..s3.config import ObjectInfo
+from ..s3.urls import COMPRESSED, shared_client, stat
+from .fileformat import write_index
+from .find import describe
+from .load import shard_id
+from .parts import ShardPart, join, local_part, shard_part, unindexed_part
+from .where import cached_path, default_target, index_cache, s3_copy_path
+
+if TYPE_CHECKING:
+    from ..s3.config import S3Config
+
+log = logging.getLogger("turbofeed")
+
+
+@dataclass
+class IndexSummary:
+    """What :func:`build_index` wrote.
+
+    Attributes:
+        path: the index file or ``s3://`` object.
+        shards: shards listed; ``unindexed`` of them without their samples (compressed).
+        samples: samples indexed (before labels are parsed: a sample whose label cannot
+            be parsed is counted, and left out by loaders that parse labels).
+        bytes: the index's size.
+        seconds: how long building and writing took.
+        note: why the index is not where it was asked for (a failed upload), or "".
+    """
+
+    path: str
+    shards: int
+    samples: int
+    bytes: int
+    seconds: float
+    unindexed: int = 0
+    note: str = ""
+
+    @property
+    def bytes_per_sample(self) -> float:
+        return self.bytes / max(1, self.samples)
+
+
+def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None = None,
+                s3: S3Config | None = None, threads: int = 8, progress: bool | None = None) -> IndexSummary:
+    """Index every shard of ``data`` and write the dataset index.
+
+    Args:
+        data: a folder, pattern, list or ``s3://`` prefix of tar shards (what loaders take).
+        out: where to write it (a file or ``s3://`` URL; a folder gets ``turbofeed.index``
+            inside); default: next to the data, or the index cache (see
+            :mod:`turbofeed.io.dsindex.where`).
+        cache_dir: turbofeed's cache folder (default ``$TURBOFEED_CACHE_DIR`` or
+            ``~/.cache/turbofeed``).
+        s3: endpoint and credentials for ``s3://`` data (default: the process default).
+        threads: shards indexed at once.
+        progress: show a progress bar (None: when stderr is a terminal).
+
+    Raises:
+        DatasetError: the data is not tar shards, or a shard cannot be read.
+    """
+    started = time.perf_counter()
+    located = resolve(data, s3=s3)
+    others = [(kind, path) for kind, path in located if kind not in ("tar", "s3")]
+    if others:
+        raise DatasetError(f"{others[0][1]}: the dataset index describes tar shards (local or s3://), "
+                           f"not {others[0][0]} data")
+    client = shared_client(s3) if any(kind == "s3" for kind, _ in located) else None
+    infos = {path: stat(path, client) for kind, path in located if kind == "s3" and client is not None}
+    scratch = os.path.join(cache_dir or default_cache_dir(), "dataset-indexing")
+    pool = Executor(max(1, min(threads, len(located))), "index")
+    try:
+        futures = [pool.submit(_part, kind, path, infos.get(path), client, scratch) for kind, path in located]
+        parts = [result_or_closed(f) for f in tqdm(futures, desc="turbofeed: index", unit="shard",
+                                                   disable=None if progress is None else not progress)]
+    finally:
+        pool.close()
+    fields, arrays = join(parts)
+    target = os.fspath(out) if out is not None else default_target(data, located, cache_dir)
+    if not target.startswith("s3://") and os.path.isdir(target):
+        target = os.path.join(target, INDEX_NAME)
+
+    def header(where: str) -> dict:
+        shards = [{"name": name, **p.entry} for name, p in zip(_names(located, where), parts)]
+        return {"data": describe(data), "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                "samples": int(len(arrays["key_end"])), "members": int(len(arrays["member_ext"])),
+                "explicit_out": out is not None, "shards": shards, **fields}
+    note = ""
+    if target.startswith("s3://"):
+        try:
+            size = _upload(target, header(target), arrays, shared_client(s3), cache_dir)
+        except (RemoteError, OSError) as exc:
+            note = f"could not write {target} ({exc}); wrote the index cache's copy instead"
+            log.warning("turbofeed: %s", note)
+            target = cached_path(located, cache_dir)
+    if not target.startswith("s3://"):
+        size = write_index(target, header(target), arrays)
+    return IndexSummary(target, len(parts), int(len(arrays["key_end"])), size, time.perf_counter() - started,
+                        unindexed=sum(bool(p.entry.get("per_shard")) for p in parts), note=note)
+
+
+def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None, scratch: str) -> ShardPart:
+    """One shard's part (see the module docstring)."""
+    if kind == "tar":
+        try:
+            if _compressed(path):  # by its first bytes, as the per-shard path tells
+                st = os.stat(path)
+                return unindexed_part(size=st.st_size, mtime_ns=st.st_mtime_ns)
+            return local_part(path)
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot index: {exc}") from exc
+    assert info is not None and client is not None
+    if path.endswith(COMPRESSED) or info.size == 0:
+        return unindexed_part(etag=info.etag, size=info.size)
+    os.makedirs(scratch, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="shard-", suffix=".tar", dir=scratch)
+    try:
+        client.download_to(path, info.size, fd, etag=info.etag)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != info.size:
+                raise OSError(f"the local copy holds {size} bytes, the object {info.size}")
+            members, damage = scan_members(f, size)
+            part = shard_part(members, damage, Window(f.fileno()).pread)
+    except (RemoteError, OSError) as exc:
+        raise DatasetError(f"{path}: cannot index: {exc}") from exc
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+    part.entry.update(etag=info.etag, size=info.size)
+    return part
+
+
+def _compressed(path: str) -> bool:
+    try:
+        return compression_of(path) is not None
+    except DatasetError:  # zstd: the per-shard path reports it
+        return True
+
+
+def _names(located: Sequence[tuple[str, str]], target: str) -> list[str]:
+    """Each shard's name in the index at ``target``: relative to its folder when the shard
+    lies under it (the data and its index can move together), else absolute."""
+    if target.startswith("s3://"):
+        base = target[:target.rfind("/") + 1]
+        return [path[len(base):] if kind == "s3" and path.startswith(base) else shard_id(kind, path)
+                for kind, path in located]
+    base = os.path.dirname(os.path.abspath(target))
+    out = []
+    for kind, path in located:
+        full = shard_id(kind, path)
+        inside = kind == "tar" and os.path.commonpath([base, full]) == base
+        out.append(os.path.relpath(full, base).replace(os.sep, "/") if inside else full)
+    return out
+
+
+def _upload(url: str, header: dict, arrays: dict, client: S3Client, cache_dir: str | None) -> int:
+    """Write the index locally, upload it to ``url`` and keep the local file as the index
+    cache's copy of the uploaded version (loaders on this node then download nothing)."""
+    folder = os.path.join(index_cache(cache_dir), "s3")
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".tmp")
+    os.close(fd)
+    try:
+        size = write_index(tmp, header, arrays)
+        with open(tmp, "rb") as f:
+            etag = client.upload(url, size, lambda pos, n: memoryview(os.pread(f.fileno(), n, pos)))
+        os.replace(tmp, s3_copy_path(url, etag, size, cache_dir))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return size

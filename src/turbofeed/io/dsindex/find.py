@@ -1,0 +1,106 @@
+"""The dataset index a loader uses: the one next to the data, else the index cache's
+(:mod:`turbofeed.io.dsindex.where`), or none (then a hint, once, on how to make one)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ...errors import DatasetError
+from ..paths import PathSpec
+from ..retry import RemoteError
+from ..s3.urls import shared_client
+from .load import DatasetIndex
+from .where import beside, cached_path, s3_copy
+
+if TYPE_CHECKING:
+    from ..s3.config import S3Config
+
+log = logging.getLogger("turbofeed")
+
+#: Shards from which a dataset without an index gets the hint (every s3:// one does).
+HINT_SHARDS = 32
+_HINTED: set[str] = set()
+
+
+def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None = None,
+               ask: bool = True) -> DatasetIndex | None:
+    """The index at ``where`` (a local file, or an ``s3://`` object read through its local
+    copy), or None when there is none. ``ask=False``: an ``s3://`` object the dataset's
+    listing did not show is taken to be absent (no request).
+
+    Raises:
+        DatasetError: it exists but is no index this turbofeed reads, or cannot be read.
+    """
+    if where.startswith("s3://"):
+        try:
+            local = s3_copy(where, shared_client(s3), cache_dir, ask=ask)
+        except RemoteError as exc:
+            raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
+        return None if local is None else DatasetIndex(local, origin=where)
+    if not os.path.isfile(where):
+        return None
+    try:
+        return DatasetIndex(where)
+    except OSError as exc:
+        raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
+
+
+def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str | None = None,
+               cache_dir: str | None = None, s3: S3Config | None = None) -> DatasetIndex | None:
+    """The dataset index for the shards of ``located`` (what ``spec`` resolved to).
+
+    With ``index`` (a path or URL), that one, which must exist. Otherwise the first of the
+    places a loader looks (next to the data, then the index cache) whose index lists every
+    shard, else the one listing the most of them (the others are then indexed one by
+    one); an index that cannot be read is skipped with a warning. Without any, logs once
+    at INFO how to make one when the dataset has many shards or is on ``s3://``.
+
+    Raises:
+        DatasetError: ``index`` names no readable index.
+    """
+    shards = [(kind, path) for kind, path in located if kind in ("tar", "s3")]
+    if not shards:
+        return None
+    if index is not None:
+        found = open_index(os.fspath(index), cache_dir=cache_dir, s3=s3)
+        if found is None:
+            raise DatasetError(f"no dataset index at {index}")
+        return found
+    best, most = None, 0
+    for where in beside(shards) + [cached_path(shards, cache_dir)]:
+        try:
+            found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False)
+        except DatasetError as exc:
+            log.warning("turbofeed: %s; indexing the shards one by one", exc)
+            continue
+        covered = 0 if found is None else found.covers(shards)
+        if found is not None and covered == len(shards):
+            return found
+        if covered > most:
+            best, most = found, covered
+    if best is None:
+        _hint(spec, shards)
+    return best
+
+
+def describe(spec: PathSpec) -> str:
+    """``spec`` as a command line argument (a list: its first item and a count)."""
+    if isinstance(spec, (str, os.PathLike)):
+        return os.fspath(spec)
+    items = [os.fspath(x) for x in spec]
+    return items[0] if len(items) == 1 else f"{items[0]} ... ({len(items)} paths)"
+
+
+def _hint(spec: PathSpec, shards: Sequence[tuple[str, str]]) -> None:
+    remote = any(kind == "s3" for kind, _ in shards)
+    what = describe(spec)
+    if (len(shards) < HINT_SHARDS and not remote) or what in _HINTED:
+        return
+    _HINTED.add(what)
+    log.info("turbofeed: no dataset index for %s (%d shards): each shard is indexed on its own%s; "
+             "`turbofeed index %s` writes one index, and loaders then start with one small read",
+             what, len(shards), ", downloading it first" if remote else "", shlex.quote(what))

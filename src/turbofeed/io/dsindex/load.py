@@ -1,0 +1,196 @@
+"""A dataset index opened for loading: which shards it describes, whether each is still
+the version it indexed, and their sample tables as views of the mapped arrays.
+
+A shard is taken from the index when its identity is the one recorded (local: size and
+``mtime_ns``, one ``stat``; ``s3://``: ETag and size from the listing the dataset already
+made); the others (replaced, rewritten, added since) are opened on their own with one
+warning that names them and the command that rebuilds the index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..columns import JoinedColumn, LabelColumn, StrColumn
+from ..local.files import FileId
+from ..local.index import TarDamage, report_damage
+from ..local.tar import TarSource
+from ..s3.shards import S3TarSource
+from ..source import Source
+from ..table import SampleTable
+from .fileformat import read_index
+
+if TYPE_CHECKING:
+    from ..registry import Opener
+
+log = logging.getLogger("turbofeed")
+
+_NO_ROWS: dict = {"rows": [], "members": [], "problems": [], "damage": None}
+
+
+def shard_id(kind: str, path: str) -> str:
+    """How the index names a shard it lists: the URL, or the absolute local path."""
+    return path if kind == "s3" else os.path.normpath(os.path.abspath(path))
+
+
+class DatasetIndex:
+    """One dataset index file, mapped.
+
+    Args:
+        path: the local file (for an ``s3://`` index, its copy in the index cache).
+        origin: where it was found (the ``s3://`` URL, or ``path``): relative shard names
+            in it are relative to that folder.
+
+    Attributes:
+        header: the JSON header (shards with their identity, counts, problems, damage).
+        arrays: the mapped arrays (see :mod:`turbofeed.io.dsindex.fileformat`).
+        sample_start: int64, shard ``k``'s rows are ``sample_start[k]:sample_start[k + 1]``.
+    """
+
+    def __init__(self, path: str, origin: str | None = None) -> None:
+        self.path = path
+        self.origin = origin or path
+        self.header, self.arrays = read_index(path)
+        self.shards: list[dict] = self.header["shards"]
+        counts = np.array([s["samples"] for s in self.shards], np.int64)
+        self.sample_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        base = self.origin[:self.origin.rfind("/") + 1] if "://" in self.origin else \
+            os.path.dirname(os.path.abspath(self.origin))
+        self._by_id = {_absolute(base, s["name"]): k for k, s in enumerate(self.shards)}
+        self._label_names: list[str] = list(self.header["label_names"])
+        self._exts = tuple(self.header["member_exts"])
+
+    @property
+    def data(self) -> str:
+        """What ``turbofeed index`` was given."""
+        return self.header.get("data", "DATA")
+
+    @property
+    def rebuild(self) -> str:
+        """The command that writes this index again."""
+        out = f" --out {shlex.quote(self.origin)}" if self.header.get("explicit_out") else ""
+        return f"turbofeed index {shlex.quote(self.data)}{out}"
+
+    def find(self, kind: str, path: str) -> int | None:
+        """The position of the shard ``(kind, path)`` (as :func:`~turbofeed.io.resolve`
+        gives it) in the index, or None when it lists no such shard."""
+        return self._by_id.get(shard_id(kind, path))
+
+    def covers(self, located: Sequence[tuple[str, str]]) -> int:
+        """How many of the tar and ``s3://`` shards of ``located`` it lists."""
+        return sum(self.find(kind, path) is not None for kind, path in located if kind in ("tar", "s3"))
+
+    def table(self, k: int, labels: bool = True) -> SampleTable:
+        """Shard ``k``'s sample table, as :func:`~turbofeed.io.local.index.table_from_index`
+        gives it from the per-shard index: views of the mapped arrays, no object per sample
+        (except for a shard with unparseable labels, whose table leaves those out)."""
+        a, shard = self.arrays, self.shards[k]
+        s0, s1 = int(self.sample_start[k]), int(self.sample_start[k + 1])
+        keys = StrColumn(a["key_blob"], a["key_end"][s0:s1], int(a["key_end"][s0 - 1]) if s0 else 0)
+        table = SampleTable(
+            keys=keys, image_names=JoinedColumn(keys, a["image_suffix"][s0:s1], self.header["image_suffixes"]),
+            offsets=a["offset"][s0:s1], sizes=a["size"][s0:s1],
+            labels=LabelColumn(a["label_kind"][s0:s1], a["label_value"][s0:s1], self._label_names) if labels
+            else LabelColumn(None, None, (), n=s1 - s0),
+            problems=[(key, why) for key, why in shard["problems"]],
+            member_start=a["member_start"][s0:s1 + 1], member_ext=a["member_ext"], member_exts=self._exts,
+            member_offset=a["member_offset"], member_size=a["member_size"])
+        if labels and shard["bad_labels"]:
+            table = _without_bad_labels(table, shard["bad_labels"])
+        return table
+
+    def damage(self, k: int) -> TarDamage | None:
+        found = self.shards[k]["damage"]
+        return None if found is None else TarDamage(*found)
+
+    def sources(self, located: Sequence[tuple[str, str]], opener: Opener) -> dict[int, Source]:
+        """The sources of ``located`` (positions -> source) that the index describes as they
+        are now; the rest are the caller's to open, and those the index should have
+        described (changed or new shards) are named in one warning.
+
+        Raises:
+            DatasetError: a damaged shard under ``on_damage="raise"``.
+        """
+        out: dict[int, Source] = {}
+        stale: list[str] = []
+        for pos, (kind, path) in enumerate(located):
+            if kind not in ("tar", "s3"):
+                continue
+            k = self.find(kind, path)
+            entry = None if k is None else self.shards[k]
+            if entry is not None and entry.get("per_shard"):
+                continue  # compressed, or an empty object: opened on its own, as always
+            source = None if k is None else self._source(k, kind, path, opener)
+            if source is None:
+                stale.append(path)
+            else:
+                out[pos] = source
+        if stale:
+            shown = ", ".join(os.path.basename(p.rstrip("/")) for p in stale[:3])
+            more = f" and {len(stale) - 3} more" if len(stale) > 3 else ""
+            log.warning("turbofeed: %d shard(s) changed or added since the dataset index %s was built "
+                        "(%s%s): indexing them one by one; rebuild the index with `%s`",
+                        len(stale), self.origin, shown, more, self.rebuild)
+        return out
+
+    def _source(self, k: int, kind: str, path: str, opener: Opener) -> Source | None:
+        entry = self.shards[k]
+        if kind == "tar":
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None  # opened on its own, which says what is wrong
+            if (st.st_size, st.st_mtime_ns) != (entry.get("size"), entry.get("mtime_ns")):
+                return None
+            return TarSource.indexed(path, FileId.of(st), self.table(k, opener.labels), self.damage(k),
+                                     samples=entry["samples"], on_damage=opener.on_damage)
+        shards = opener.shards
+        assert shards is not None, "an Opener makes the shards of every s3 path it is given"
+        info = shards.infos[path]
+        if (info.etag, info.size) != (entry.get("etag"), entry.get("size")):
+            return None
+        damage = self.damage(k)
+        report_damage(damage, path, entry["samples"], opener.on_damage)
+        source = S3TarSource(info, _NO_ROWS, shards, labels=opener.labels)
+        source.table = self.table(k, opener.labels)
+        source.damage = damage
+        return shards.adopt(source)
+
+    def shard_bytes(self) -> np.ndarray:
+        """int64 size of each shard the index lists, in its order (no shard is read)."""
+        return np.array([s["size"] for s in self.shards], np.int64)
+
+    def __repr__(self) -> str:
+        return f"DatasetIndex({self.origin!r}, shards={len(self.shards)}, samples={int(self.sample_start[-1])})"
+
+
+def _absolute(base: str, name: str) -> str:
+    if "://" in name:
+        return name
+    if "://" in base:
+        return base + name
+    return os.path.normpath(os.path.join(base, name))
+
+
+def _without_bad_labels(table: SampleTable, bad: list[list]) -> SampleTable:
+    """``table`` less the samples whose label could not be parsed, each a problem after
+    the shard's others (as the per-shard path lists them); built with lists, since this
+    is the rare shard with such labels."""
+    drop = {row for row, _ in bad}
+    keep = [i for i in range(len(table)) if i not in drop]
+    starts = table.member_start
+    rows = np.concatenate([np.arange(int(starts[i]), int(starts[i + 1])) for i in keep] or [np.zeros(0, np.int64)])
+    counts = np.array([int(starts[i + 1]) - int(starts[i]) for i in keep], np.int64)
+    return SampleTable(
+        keys=[table.keys[i] for i in keep], image_names=[table.image_names[i] for i in keep],
+        offsets=table.offsets[keep], sizes=table.sizes[keep], labels=[table.labels[i] for i in keep],
+        problems=list(table.problems) + [(table.keys[row], why) for row, why in bad],
+        member_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        member_ext=table.member_ext[rows], member_exts=table.member_exts,
+        member_offset=table.member_offset[rows], member_size=table.member_size[rows])

@@ -1,0 +1,171 @@
+"""One shard's part of the dataset index (what its per-shard index holds, as arrays), and
+the whole index's arrays joined from the parts.
+
+A part is built from the same steps as a per-shard index (:mod:`turbofeed.io.local.index`:
+the header walk, last copy of each name, one sample per key, the image and label picked
+alike, labels parsed alike), so a table read back from the dataset index equals the one
+the per-shard path gives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..columns import BAD, INT, NAME, NONE
+from ..local.index import TarDamage, _label_of, no_samples, sample_rows, scan_members
+from ..local.tarscan import Window
+
+
+def _none() -> np.ndarray:
+    return np.zeros(0, np.uint8)
+
+
+@dataclass
+class ShardPart:
+    """One shard's samples as arrays in their narrowest dtypes (no Python object per
+    sample while the other shards are built). Ids (``suffix``, ``member_ext``, name
+    labels) index this part's own tables (``suffixes``, ``exts``, ``names``) until
+    :func:`join` renumbers them.
+
+    Attributes:
+        entry: the shard's header entry (identity, counts, problems, damage, bad labels).
+    """
+
+    entry: dict
+    key_blob: bytes = b""
+    key_len: np.ndarray = field(default_factory=_none)
+    suffix: np.ndarray = field(default_factory=_none)
+    suffixes: dict[str, int] = field(default_factory=dict)
+    offset: np.ndarray = field(default_factory=_none)
+    size: np.ndarray = field(default_factory=_none)
+    kind: np.ndarray = field(default_factory=_none)
+    value: np.ndarray = field(default_factory=_none)
+    names: dict[str, int] = field(default_factory=dict)
+    member_count: np.ndarray = field(default_factory=_none)
+    member_ext: np.ndarray = field(default_factory=_none)
+    exts: dict[str, int] = field(default_factory=dict)
+    member_offset: np.ndarray = field(default_factory=_none)
+    member_size: np.ndarray = field(default_factory=_none)
+
+
+def local_part(path: str) -> ShardPart:
+    """The part of the plain tar shard at ``path``, with its identity as it was read
+    (``size``, ``mtime_ns``)."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        members, damage = scan_members(f, st.st_size)
+        part = shard_part(members, damage, Window(f.fileno()).pread)
+    part.entry.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+    return part
+
+
+def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
+               pread: Callable[[int, int], bytes]) -> ShardPart:
+    """The part of a shard whose members :func:`scan_members` found (labels read with
+    ``pread(size, offset)``)."""
+    problems: list[tuple[str, str]] = []
+    bad: list[list] = []
+    keys: list[bytes] = []
+    rows: dict[str, list[int]] = {name: [] for name in ("suffix", "offset", "size", "kind", "value", "member_count")}
+    cols: dict[str, list[int]] = {name: [] for name in ("member_ext", "member_offset", "member_size")}
+    suffix, offset, size, kinds, values, counts = rows.values()
+    m_ext, m_offset, m_size = cols.values()
+    suffixes: dict[str, int] = {}
+    names: dict[str, int] = {}
+    exts: dict[str, int] = {}
+    for key, image, group, label_raw in sample_rows(members, pread, problems):
+        name, at, nbytes = members[image]
+        keys.append(key.encode("utf-8", "surrogateescape"))
+        suffix.append(suffixes.setdefault(name[len(key) + 1:], len(suffixes)))
+        offset.append(at)
+        size.append(nbytes)
+        kind, value = NONE, 0
+        if label_raw is not None:
+            label, problem = _label_of(label_raw)
+            if problem is not None:
+                kind = BAD
+                bad.append([len(keys) - 1, problem])
+            elif isinstance(label, str):
+                kind, value = NAME, names.setdefault(label, len(names))
+            elif label is not None:
+                kind, value = INT, label
+        kinds.append(kind)
+        values.append(value)
+        counts.append(len(group))
+        for ext, i in group.items():
+            m_ext.append(exts.setdefault(ext, len(exts)))
+            m_offset.append(members[i][1])
+            m_size.append(members[i][2])
+    damage = no_samples(damage, len(members), len(keys))
+    entry = {"samples": len(keys), "members": len(m_ext), "problems": problems,
+             "damage": None if damage is None else damage.as_list(), "bad_labels": bad}
+    arrays = {name: narrow(np.array(values, np.int64)) for name, values in {**rows, **cols}.items()}
+    return ShardPart(entry, b"".join(keys), np.fromiter(map(len, keys), np.int64, count=len(keys)),
+                     suffixes=suffixes, names=names, exts=exts, **arrays)
+
+
+def unindexed_part(**identity) -> ShardPart:
+    """A shard the dataset index lists without its samples (compressed, or an empty
+    object): loaders open it on its own, as without the index."""
+    return ShardPart(entry={"samples": 0, "members": 0, "problems": [], "damage": None, "bad_labels": [],
+                            "per_shard": True, **identity})
+
+
+def narrow(values: np.ndarray, at_least: type = np.uint8) -> np.ndarray:
+    """``values`` in the smallest dtype that holds them, never smaller than ``at_least``
+    (unsigned when none is negative)."""
+    if len(values) == 0:
+        return values.astype(at_least)
+    lo, hi = int(values.min()), int(values.max())
+    dtype = np.result_type(np.min_scalar_type(lo), np.min_scalar_type(hi), at_least)
+    return values.astype(dtype)
+
+
+def _renumber(parts: Sequence[ShardPart], ids: str, table: str, order: list[str],
+              only: Callable[[ShardPart], np.ndarray] | None = None) -> np.ndarray:
+    """Every part's ``ids`` (positions in its own ``table``) as positions in ``order``;
+    with ``only``, just the rows it selects (the others are kept as they are)."""
+    where = {name: i for i, name in enumerate(order)}
+    out = []
+    for p in parts:
+        local = np.asarray(getattr(p, ids), np.int64)
+        lut = np.array([where[name] for name in getattr(p, table)] or [0], np.int64)
+        rows = np.ones(len(local), bool) if only is None else only(p)
+        local[rows] = lut[local[rows]]
+        out.append(local)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def join(parts: Sequence[ShardPart]) -> tuple[dict, dict[str, np.ndarray]]:
+    """The header fields (tables of suffixes, extensions, class names) and arrays of the
+    whole index, shards in order, each array in its narrowest dtype (offsets and
+    positions at least uint32)."""
+    suffixes = list(dict.fromkeys(s for p in parts for s in p.suffixes))
+    exts = list(dict.fromkeys(e for p in parts for e in p.exts))
+    names = sorted({n for p in parts for n in p.names})
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(getattr(p, name), np.int64) for p in parts]) if parts \
+            else np.zeros(0, np.int64)
+
+    kind = cat("kind")
+    value = _renumber(parts, "value", "names", names, only=lambda p: np.asarray(p.kind) == NAME)
+    key_len = cat("key_len")
+    arrays = {
+        "key_blob": np.frombuffer(b"".join(p.key_blob for p in parts), np.uint8),
+        "key_end": narrow(np.cumsum(key_len), np.uint32),
+        "image_suffix": narrow(_renumber(parts, "suffix", "suffixes", suffixes)),
+        "offset": narrow(cat("offset"), np.uint32),
+        "size": narrow(cat("size")),
+        "label_kind": kind.astype(np.uint8),
+        "label_value": narrow(value),
+        "member_start": narrow(np.concatenate([[0], np.cumsum(cat("member_count"))]), np.uint32),
+        "member_ext": narrow(_renumber(parts, "member_ext", "exts", exts)),
+        "member_offset": narrow(cat("member_offset"), np.uint32),
+        "member_size": narrow(cat("member_size")),
+    }
+    return {"image_suffixes": suffixes, "member_exts": exts, "label_names": names}, arrays
