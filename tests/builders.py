@@ -4,6 +4,7 @@ module: pytest's ``pythonpath`` holds ``tests/``)."""
 from __future__ import annotations
 
 import io
+import socket
 import tarfile
 
 import numpy as np
@@ -47,3 +48,10 @@ def write_tar(path: str, members: list[tuple[str, bytes]]) -> str:
     with open(path, "wb") as f:
         f.write(tar_bytes(members))
     return str(path)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for torchrun's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -31,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from builders import free_port
 
 pytest.importorskip("moto")
 boto3 = pytest.importorskip("boto3")
@@ -44,12 +44,6 @@ NODES, PROCS, EPOCHS, BATCH = 2, 2, 2, 4
 SHARDS, PER_SHARD = 8, 24
 DEADLINE_S = 300.0
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from builders import free_port
 
 import turbofeed
 from turbofeed import transforms as T
@@ -22,12 +22,6 @@ from turbofeed._datagen import make_imagenet_like
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "distributed_ddp.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
