@@ -35,15 +35,16 @@ LOCAL_BLOCK_BYTES = 4 << 30
 
 
 def shard_bytes(dataset: Dataset) -> np.ndarray:
-    """Bytes of each source: an ``s3://`` object's size, a local file's size, else the
-    sum of its samples' sizes."""
+    """Bytes of each source: an ``s3://`` object's size, a local file's size as it was
+    indexed (its declared ``file``), else the sum of its samples' sizes."""
+    from ..io.s3.shards import S3TarSource
+
     sizes = []
     for src in dataset.sources:
-        info = getattr(src, "info", None)
-        if info is not None and hasattr(info, "size"):
-            sizes.append(int(info.size))
-        elif os.path.isfile(src.path):
-            sizes.append(os.path.getsize(src.path))
+        if isinstance(src, S3TarSource):
+            sizes.append(int(src.info.size))
+        elif src.file is not None:
+            sizes.append(int(src.file.id.size))
         else:
             sizes.append(int(np.clip(src.table.sizes, 0, None).sum()))
     return np.asarray(sizes, dtype=np.int64)

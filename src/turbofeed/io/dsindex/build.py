@@ -29,6 +29,7 @@ from ..registry import resolve
 from ..retry import RemoteError
 from ..s3.client import S3Client
 from ..s3.config import ObjectInfo
+from ..s3.copies import temporary_copy
 from ..s3.urls import COMPRESSED, shared_client, stat
 from .fileformat import write_index
 from .find import describe
@@ -140,21 +141,12 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
     assert info is not None and client is not None
     if path.endswith(COMPRESSED) or info.size == 0:
         return unindexed_part(etag=info.etag, size=info.size)
-    os.makedirs(scratch, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="shard-", suffix=".tar", dir=scratch)
     try:
-        client.download_to(path, info.size, fd, etag=info.etag)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != info.size:
-                raise OSError(f"the local copy holds {size} bytes, the object {info.size}")
-            members, damage = scan_members(f, size)
+        with temporary_copy(client, info, scratch) as (fd, _), os.fdopen(os.dup(fd), "rb") as f:
+            members, damage = scan_members(f, info.size)
             part = shard_part(members, damage, Window(f.fileno()).pread)
     except (RemoteError, OSError) as exc:
         raise DatasetError(f"{path}: cannot index: {exc}") from exc
-    finally:
-        os.close(fd)
-        os.unlink(tmp)
     part.entry.update(etag=info.etag, size=info.size)
     return part
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..columns import BAD, INT, NAME, NONE
-from ..local.index import TarDamage, _label_of, no_samples, sample_rows, scan_members
+from ..local.index import TarDamage, label_of, no_samples, sample_rows, scan_members
 from ..local.tarscan import Window
 
 
@@ -85,7 +85,7 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
         size.append(nbytes)
         kind, value = NONE, 0
         if label_raw is not None:
-            label, problem = _label_of(label_raw)
+            label, problem = label_of(label_raw)
             if problem is not None:
                 kind = BAD
                 bad.append([len(keys) - 1, problem])

@@ -35,7 +35,7 @@ from ..paths import INDEX_NAME, PathSpec
 from ..retry import RemoteError
 from ..s3.client import S3Client
 from ..s3.errors import not_found
-from ..s3.urls import index_object, is_shard
+from ..s3.urls import is_shard, listed_info
 from .load import shard_id
 
 
@@ -94,7 +94,7 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
     Raises:
         RemoteError: the object exists but cannot be read.
     """
-    info = index_object(url, client)
+    info = listed_info(url, client)
     if info is None and ask:
         try:
             info = client.head(url)

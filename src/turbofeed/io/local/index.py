@@ -158,7 +158,7 @@ def _build_index(path: str) -> dict:
     index describes exactly the bytes it read, even if the path is replaced meanwhile."""
     with open(path, "rb") as f:
         identity = FileId.of(os.fstat(f.fileno()))
-        members, damage = _scan(f, identity.size)
+        members, damage = scan_members(f, identity.size)
         index = _rows(members, damage, Window(f.fileno()).pread)  # labels lie near their headers
     index.update(version=INDEX_VERSION, file=identity.as_dict())
     return index
@@ -205,8 +205,7 @@ def no_samples(damage: TarDamage | None, members: int, samples: int) -> TarDamag
 
 def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
           pread: Callable[[int, int], bytes]) -> dict:
-    members, duplicates = _last_copies(members)
-    damage = damage or duplicates
+    """The JSON index of the members :func:`scan_members` found."""
     rows: list[list] = []
     row_members: list[list] = []
     problems: list[tuple[str, str]] = []
@@ -258,7 +257,9 @@ def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -
     return index
 
 
-def _label_of(raw: list | None) -> tuple[Label, str | None]:
+def label_of(raw: list | None) -> tuple[Label, str | None]:
+    """``(label, None)`` of an index's raw label (``[ext, text]`` or None), or ``(None,
+    why)`` when it cannot be parsed (the sample is a problem, not a sample)."""
     if raw is None:
         return None, None
     ext, text = raw
@@ -277,7 +278,7 @@ def table_from_index(index: dict, *, labels: bool = True) -> SampleTable:
     keys, names, raw_labels = [], [], []
     offsets, sizes, members = [], [], []
     for (key, name, offset, size, label_raw), kept in zip(index["rows"], index["members"], strict=True):
-        label, problem = _label_of(label_raw) if labels else (None, None)
+        label, problem = label_of(label_raw) if labels else (None, None)
         if problem is not None:
             problems.append((key, problem))
             continue

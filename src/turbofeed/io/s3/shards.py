@@ -37,21 +37,20 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import tempfile
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING
 
 from ...engine.executor import Executor, ExecutorClosed
 from ...errors import DatasetError
 from ..local.files import FILES
-from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, table_from_index,
-                          unreadable_index)
+from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, report_damage,
+                          table_from_index, unreadable_index)
 from ..retry import RemoteError
 from ..source import Source
-from .cache import ShardCache, object_name, remove_file
+from .cache import ShardCache, object_name
 from .compressed import plain_copy, plain_index, read_plain
+from .copies import check_copy, temporary_copy
 from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
 from .errors import changed, not_found
 from .urls import COMPRESSED, shared_client, stat
@@ -67,7 +66,6 @@ _JOIN_TIMEOUT_S = 5.0
 # Bumped when s3:// indexes built earlier must not be trusted. 2: built from a private,
 # size-checked copy (1 could read labels from another thread's copy of another shard).
 _S3_INDEX = 2
-_STALE_COPY_S = 3600.0  # a temporary index copy this old belongs to a dead process
 
 
 class S3Shards:
@@ -171,18 +169,8 @@ class S3Shards:
         return index
 
     def _build_from_temporary_copy(self, info: ObjectInfo) -> dict:
-        # A unique name (not one per pid and thread id: those are reused, by the next
-        # shard of the same thread, by another container's process with the same pid)
-        # and outside the bounded cache: the copy may be larger than the whole bound.
-        os.makedirs(self.scratch, exist_ok=True)
-        _remove_stale(self.scratch)
-        fd, path = tempfile.mkstemp(prefix="index-", suffix=".tar", dir=self.scratch)
-        try:
-            self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
-            return _index_copy(info, fd, path)
-        finally:
-            os.close(fd)
-            remove_file(path)
+        with temporary_copy(self.client, info, self.scratch, self._stop) as (_, path):
+            return _build_index(path)
 
     def pinned_copy(self, info: ObjectInfo) -> int | None:
         """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
@@ -282,9 +270,7 @@ def _unreadable(info: ObjectInfo) -> str | None:
 
 def _index_copy(info: ObjectInfo, fd: int, path: str) -> dict:
     """The tar index of ``path`` (open as ``fd``), a local copy of ``info``'s object."""
-    size = os.fstat(fd).st_size
-    if size != info.size:  # never index, nor store an index of, bytes of another file
-        raise OSError(f"the local copy {path} holds {size} bytes, the object {info.size}")
+    check_copy(info, fd, path)
     return _build_index(path)
 
 
@@ -292,17 +278,6 @@ def _evicted(stats: S3Stats, path: str) -> None:
     FILES.close(path)  # this process's descriptor would hold the evicted file's disk space
     stats.add(evictions=1)
 
-
-
-def _remove_stale(folder: str) -> None:
-    """Remove temporary copies left by dead processes (live ones write theirs now)."""
-    now = time.time()
-    for entry in os.scandir(folder):
-        try:
-            if now - entry.stat().st_mtime > _STALE_COPY_S:
-                os.unlink(entry.path)
-        except FileNotFoundError:
-            pass
 
 
 def _stop_prefetch(stop: threading.Event, prefetcher: Executor | None) -> None:
@@ -328,11 +303,7 @@ class S3TarSource(Source):
         self._name = _cache_name(info)
         self._local: str | None = shards.cache.lookup(self._name)
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
-        if self.damage is not None:
-            message = self.damage.describe(self.path, len(index["rows"]))
-            if on_damage == "raise":
-                raise DatasetError(message)
-            log.warning("turbofeed: %s", message)
+        report_damage(self.damage, self.path, len(index["rows"]), on_damage)
         self.table = table_from_index(index, labels=labels)
         self._plain = None if plain is None else plain[0]
         if plain is not None:  # raising above leaves the descriptor to the caller

@@ -14,6 +14,7 @@ import glob
 import os
 import threading
 import time
+from collections.abc import Sequence
 
 from ...errors import DatasetError
 from ..local.index import TAR_SUFFIXES
@@ -58,17 +59,19 @@ def close_clients() -> None:
         client.close()
 
 
-def _remember(client: S3Client, infos: list[ObjectInfo]) -> None:
+def _remember(client: S3Client, infos: list[ObjectInfo], listed: Sequence[ObjectInfo] = ()) -> None:
+    """Keep the sizes and ETags of ``infos`` (and of the dataset index object, when the
+    listing ``listed`` holds one) for :func:`stat` and :func:`listed_info`."""
     now = time.monotonic()
-    for info in infos:
+    for info in [*infos, *(o for o in listed if is_index(o.url))]:
         _KNOWN[(client.endpoint, info.url)] = (now, info)
 
 
-def index_object(url: str, client: S3Client) -> ObjectInfo | None:
-    """Size and ETag of the dataset index object ``url`` as the listing of its folder that
-    resolved the dataset a moment ago found it, or None: not in that listing, or its
-    folder was not listed whole (a few shards named one by one: no request is spent on
-    looking for it)."""
+def listed_info(url: str, client: S3Client) -> ObjectInfo | None:
+    """Size and ETag of ``url`` as the listing that resolved the dataset a moment ago
+    found it, or None: not in that listing (for the dataset index object: also when its
+    folder was not listed whole, a few shards named one by one, so no request is spent
+    on looking for it)."""
     hit = _KNOWN.pop((client.endpoint, url), None)
     if hit is not None and time.monotonic() - hit[0] < _KNOWN_TTL_S:
         return hit[1]
@@ -77,10 +80,7 @@ def index_object(url: str, client: S3Client) -> ObjectInfo | None:
 
 def stat(url: str, client: S3Client) -> ObjectInfo:
     """Size and ETag of ``url``: from the listing that resolved it a moment ago, else a HEAD."""
-    hit = _KNOWN.pop((client.endpoint, url), None)
-    if hit is not None and time.monotonic() - hit[0] < _KNOWN_TTL_S:
-        return hit[1]
-    return client.head(url)
+    return listed_info(url, client) or client.head(url)
 
 
 def is_shard(url: str) -> bool:
@@ -118,7 +118,7 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
                 folder = f"s3://{bucket}/{head[:head.rfind('/') + 1]}"  # as obstore lists anyway
                 listed = client.list(folder)
                 hits = [o for o in listed if fnmatch.fnmatchcase(o.url, url) and not is_index(o.url)]
-                _remember(client, hits + [o for o in listed if is_index(o.url)])  # + the dataset index
+                _remember(client, hits, listed)
                 if not hits:
                     raise DatasetError(f"{url}: pattern matches no objects")
                 out.extend(_check_tars(hits))
@@ -131,7 +131,7 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
                 hits = [o for o in listed if is_shard(o.url)]
                 if not hits:
                     raise DatasetError(f"{folder}: no .tar objects under this prefix")
-                _remember(client, hits + [o for o in listed if is_index(o.url)])  # + the dataset index
+                _remember(client, hits, listed)
                 out.extend(o.url for o in hits)
         _check_exist(exact, client)
     except RemoteError as exc:
@@ -157,8 +157,7 @@ def _check_exist(urls: list[str], client: S3Client) -> None:
     for folder, members in folders.items():
         if len(members) > 4:
             listed = {o.url: o for o in client.list(folder)}
-            _remember(client, [listed[u] for u in members if u in listed]
-                      + [o for o in listed.values() if is_index(o.url)])  # + the dataset index
+            _remember(client, [listed[u] for u in members if u in listed], list(listed.values()))
             missing.extend(u for u in members if u not in listed)
         else:
             for url in members:
