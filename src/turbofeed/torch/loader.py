@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import threading
 import weakref
@@ -11,7 +13,7 @@ from typing import Any
 import torch
 
 from ..engine.choose import Source, open_gpu_decoder
-from ..engine.layout import epoch_draw, stream_layout
+from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..io import PathSpec, S3Config
@@ -160,9 +162,10 @@ class DataLoader(EpochBook, TorchDropIn):
         self.rank, self.world_size = env.rank, env.world_size
         self.stream_layout: StreamLayout | None = stream_layout(
             self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
-        self._draw_options = dict(weights=weights, epoch_size=epoch_size, resample=resample, format=format, s3=s3)
-        self.draw: EpochDraw | None = epoch_draw(self.dataset, data, **self._draw_options)  # type: ignore[arg-type]
-        self._data = data
+        # drawn again from the dataset when its shards change (_reindex_changed)
+        self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
+                                           resample=resample, format=format, s3=s3)
+        self.draw: EpochDraw | None = self._draw_for(self.dataset)
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
@@ -223,10 +226,8 @@ class DataLoader(EpochBook, TorchDropIn):
         layout = self.stream_layout
         if layout is None or "canonical_nodes" not in state:
             return
-        self.stream_layout = stream_layout(self.dataset, True, nodes=self.world_size // layout.ranks_per_node,
-                                           ranks_per_node=layout.ranks_per_node,
-                                           canonical_nodes=int(state["canonical_nodes"]),
-                                           block_bytes=int(state["block_bytes"]))
+        self.stream_layout = dataclasses.replace(layout, canonical_nodes=int(state["canonical_nodes"]),
+                                                 block_bytes=int(state["block_bytes"]))
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
@@ -302,12 +303,10 @@ class DataLoader(EpochBook, TorchDropIn):
         if not self._source.refresh():
             return
         if self.stream_layout is not None:  # the shards' sizes changed: so do the blocks
-            layout = self.stream_layout
-            self.stream_layout = stream_layout(self.dataset, True, nodes=self.world_size // layout.ranks_per_node,
-                                               ranks_per_node=layout.ranks_per_node,
-                                               canonical_nodes=layout.canonical_nodes, block_bytes=layout.block_bytes)
+            self.stream_layout = dataclasses.replace(self.stream_layout, starts=self.dataset.starts,
+                                                     shard_bytes=shard_bytes(self.dataset))
         if self.draw is not None:
-            self.draw = epoch_draw(self.dataset, self._data, **self._draw_options)  # type: ignore[arg-type]
+            self.draw = self._draw_for(self.dataset)
         self._fingerprint = self._plan_fingerprint()
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
