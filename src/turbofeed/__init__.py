@@ -11,7 +11,8 @@ from importlib import import_module as _import_module
 from importlib.util import find_spec as _find_spec
 
 from . import transforms
-from .errors import DatasetError, ImageTooLarge, MissingExtra, SampleError, TurbofeedError
+from .errors import (DatasetError, ImageTooLarge, MissingExtra, SampleError, StorageError, TurbofeedError,
+                     UserCodeError)
 from .io import S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
@@ -27,8 +28,8 @@ _NEED_TORCH = {"DataLoader": ".torch.loader", "MultiGpuTransfer": ".torch.multi_
 
 __all__ = [
     "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra", "MultiGpuTransfer",
-    "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "TurbofeedError",
-    "gpu_available", "transforms",
+    "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "StorageError", "TurbofeedError",
+    "UserCodeError", "gpu_available", "transforms",
 ]
 if _find_spec("torch") is None:  # not installed: `from turbofeed import *` still works
     __all__.remove("DataLoader")

@@ -45,6 +45,54 @@ class SampleError(TurbofeedError):
         return f"{self.stage}: {self.shard}/{self.key}: {self.reason}"
 
 
+class StorageError(TurbofeedError):
+    """Storage failed under a pass: a read that still fails after the retry policy, a file
+    or object that changed or vanished while it was read, a disk or cache bound that cannot
+    hold a copy. Not bad data: raised whatever ``on_error`` says, after the pass stopped
+    cleanly (a ``state_dict()`` taken before it resumes exactly once storage is back).
+
+    Args:
+        shard: the shard (path or URL) that failed.
+        reason: what happened (``replaced during the pass``, ``gave up after 8 attempts: 503``).
+
+    ``str(err)`` is one line: ``storage: s3://bucket/shard-000003.tar: replaced during the pass``.
+    """
+
+    def __init__(self, shard: str, reason: str) -> None:
+        super().__init__(shard, reason)
+        self.shard = shard
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"storage: {self.shard}: {self.reason}"
+
+
+class UserCodeError(TurbofeedError):
+    """A user callable (a ``transform`` callable, ``map``, ``collate``, ``batch_transform``)
+    raised, or returned what cannot be batched. Not bad data: raised whatever ``on_error``
+    says, from the callable's own exception (``err.__cause__``).
+
+    Args:
+        callable_name: the callable's name (``my_transform``, ``map=tokenize``).
+        shard: the shard of the sample it was called on ("" for a whole batch).
+        key: the sample key ("" for a whole batch).
+        reason: what it raised or returned.
+
+    ``str(err)`` is one line: ``user code: map=tokenize on shard-000012.tar/n0144_10026: KeyError: 'txt'``.
+    """
+
+    def __init__(self, callable_name: str, shard: str, key: str, reason: str) -> None:
+        super().__init__(callable_name, shard, key, reason)
+        self.callable_name = callable_name
+        self.shard = shard
+        self.key = key
+        self.reason = reason
+
+    def __str__(self) -> str:
+        where = f" on {self.shard}/{self.key}" if self.shard or self.key else ""
+        return f"user code: {self.callable_name}{where}: {self.reason}"
+
+
 class ImageTooLarge(TurbofeedError, ValueError):
     """An image declares more pixels than the limit (:func:`turbofeed.decode.max_pixels`).
 
