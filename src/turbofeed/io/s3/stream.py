@@ -34,6 +34,7 @@ import numpy as np
 
 from ...engine.executor import Executor, ExecutorClosed
 from ...engine.stages import StageInfo
+from ...errors import StorageError
 
 if TYPE_CHECKING:
     from .shards import S3Shards, S3TarSource
@@ -110,7 +111,7 @@ class ShardStream:
         no copy (read it from the network).
 
         Raises:
-            OSError: a short read of the copy.
+            StorageError: a short read of the copy.
         """
         k = self._index.get(id(source))
         if k is None:
@@ -135,7 +136,8 @@ class ShardStream:
             if last:
                 self._close(held)
         if len(data) != size:
-            raise OSError(f"{source}: short read of its streamed copy at {offset} ({len(data)} of {size} bytes)")
+            raise StorageError(self._sources[k].path, f"short read of its streamed copy at {offset} "
+                               f"({len(data)} of {size} bytes)")
         return data
 
     # ----- the engine's side ---------------------------------------------------------
