@@ -203,9 +203,10 @@ class ShardStream:
         src = self._sources[k]
         try:
             waited = time.monotonic()
+            never = src.info.size > self.budget  # no wait can make room (refused when asked, layout.py)
             while not self._stop.is_set():
                 fd = self._shards.pinned_copy(src.info)
-                if fd is not None or time.monotonic() - waited > _NO_ROOM_WAIT_S:
+                if fd is not None or never or time.monotonic() - waited > _NO_ROOM_WAIT_S:
                     break
                 time.sleep(_POLL_S)  # the room is held by other processes' pins: they move on
             else:
