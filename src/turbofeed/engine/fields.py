@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.fields import decode_field
-from ..errors import UserCodeError
+from ..errors import StorageError, UserCodeError
 from ..io import pick_member
 from ..io.table import IMAGE_EXTENSIONS
 from ..transforms import nearest
@@ -166,6 +166,8 @@ class FieldReader:
                     f"{', '.join(present) or 'no members'})"))
             try:
                 data = dataset.read_member(gid, ext)
+            except StorageError:  # not bad data: past the policy
+                raise
             except Exception as exc:
                 raise self.work.error(gid, "fetch", exc) from exc
             try:

@@ -182,14 +182,14 @@ class TFRecordSource(Source):
         """Encoded image bytes of sample ``i`` with one positional read (releases the GIL).
 
         Raises:
-            FileChanged: the file was replaced or rewritten since it was indexed.
-            OSError: a short read (the file changed since indexing).
+            StorageError: the file vanished or changed since it was indexed (replaced,
+                rewritten, truncated), or the read failed.
         """
         return FILES.pread_exact(self.file, int(self.table.sizes[i]), int(self.table.offsets[i]))
 
     def view(self, i: int) -> bytes | memoryview:
-        """Sample ``i`` without a copy: a view of the mapped file (``read`` when
-        ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
+        """Sample ``i`` without a copy: a view of the mapped file under
+        ``TURBOFEED_MMAP=1``, else :meth:`read`. Valid as long as it is referenced."""
         if not self._views:
             return self.read(i)
         return FILES.view(self.file, int(self.table.sizes[i]), int(self.table.offsets[i]))

@@ -2,13 +2,14 @@
 pread (or a view of the mapped file) per sample.
 
 Compressed shards are read from a plain copy (:mod:`.compressed`). Every read checks the
-file's identity against the one indexed (:mod:`.files`), and :meth:`TarSource.changed`
-tells the dataset when to index the shard again.
+file's identity against the one indexed (:mod:`.files`): a shard that vanished or changed
+during a pass raises :class:`~turbofeed.errors.StorageError`, and :meth:`TarSource.changed`
+tells the dataset to index it again before the next pass.
 """
 
 from __future__ import annotations
 
-from ...errors import DatasetError
+from ...errors import DatasetError, StorageError
 from ..source import Source
 from ..table import SampleTable
 from .compressed import compression_of, plain_copy
@@ -83,8 +84,8 @@ class TarSource(Source):
         """Encoded bytes of sample ``i`` with one positional read (releases the GIL).
 
         Raises:
-            FileChanged: the shard was replaced or rewritten since it was indexed.
-            OSError: a short read (the file changed since indexing).
+            StorageError: the shard (or its plain copy) vanished, was replaced, rewritten
+                or truncated since it was indexed, or the read failed.
         """
         return self._pread(int(self.table.offsets[i]), int(self.table.sizes[i]))
 
@@ -100,11 +101,17 @@ class TarSource(Source):
         return self.table.exts_of(i)
 
     def _pread(self, offset: int, size: int) -> bytes:
-        return FILES.pread_exact(self._data, size, offset)
+        try:
+            return FILES.pread_exact(self._data, size, offset)
+        except StorageError as exc:
+            if self._data is self.file:
+                raise
+            # name the shard the user knows, not only the cache's plain copy of it
+            raise StorageError(self.path, f"its plain copy {exc.shard}: {exc.reason}") from exc
 
     def view(self, i: int) -> bytes | memoryview:
-        """Sample ``i`` without a copy: a view of the mapped shard (``read`` when
-        ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
+        """Sample ``i`` without a copy: a view of the mapped shard under
+        ``TURBOFEED_MMAP=1``, else :meth:`read`. Valid as long as it is referenced."""
         if not self._views:
             return self.read(i)
         return FILES.view(self._data, int(self.table.sizes[i]), int(self.table.offsets[i]))

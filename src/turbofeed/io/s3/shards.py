@@ -16,7 +16,8 @@ How a shard is read (``S3TarSource``):
    ranged GET of exactly the sample's bytes (from the loader's worker threads, so as
    many in flight as there are workers), and the shard is queued for prefetch. Every
    GET carries ``If-Match: <ETag at indexing>``, so an object replaced during training
-   fails with a clear error instead of returning bytes at the old offsets.
+   fails with a :class:`~turbofeed.errors.StorageError` instead of returning bytes at the
+   old offsets; so does a GET that still fails after the retry policy (an outage).
 3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.engine.executor.Executor`
    per dataset, ``turbofeed-prefetch-<i>``) download whole shards into the node cache
    in the order they are first needed (plus the next shards in dataset order), so
@@ -42,7 +43,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ...engine.executor import Executor, ExecutorClosed
-from ...errors import DatasetError
+from ...errors import DatasetError, StorageError
 from ..local.files import FILES
 from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, report_damage,
                           table_from_index, unreadable_index)
@@ -292,7 +293,9 @@ class S3TarSource(Source):
     ``read(i)`` serves sample ``i`` (``read_member(i, ext)`` one of its members) from the
     node cache's copy when present, else with one ranged GET (retried per the client's
     policy); a compressed object's only from ``plain`` (the pinned descriptor and path of
-    its plain copy, kept pinned until :meth:`close`). Thread-safe.
+    its plain copy, kept pinned until :meth:`close`). Thread-safe. A GET that still fails
+    after the retry policy, or finds the object replaced or deleted, raises
+    :class:`~turbofeed.errors.StorageError`.
     """
 
     def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip",
@@ -354,12 +357,12 @@ class S3TarSource(Source):
         try:
             return bytes(self._shards.client.get_range(self.path, offset, offset + size,
                                                        etag=self.info.etag))
-        except RemoteError as exc:
+        except RemoteError as exc:  # after the retry policy: a storage fault, never bad data
             if changed(exc) or not_found(exc):
                 what = "replaced" if changed(exc) else "deleted"
-                raise RemoteError(f"{self.path}: {what} since it was indexed (ETag {self.info.etag}); "
-                                  "build the dataset again to read the new version") from exc
-            raise
+                raise StorageError(self.path, f"{what} since it was indexed (ETag {self.info.etag}); "
+                                   "build the dataset again to read the new version") from exc
+            raise StorageError(self.path, str(exc).removeprefix(self.path).lstrip(": ")) from exc
 
     def close(self) -> None:
         if self._plain is not None:

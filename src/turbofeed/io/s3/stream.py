@@ -34,6 +34,7 @@ import numpy as np
 
 from ...engine.executor import Executor, ExecutorClosed
 from ...engine.stages import StageInfo
+from ...errors import StorageError
 
 if TYPE_CHECKING:
     from .shards import S3Shards, S3TarSource
@@ -110,7 +111,7 @@ class ShardStream:
         no copy (read it from the network).
 
         Raises:
-            OSError: a short read of the copy.
+            StorageError: a short read of the copy.
         """
         k = self._index.get(id(source))
         if k is None:
@@ -135,7 +136,8 @@ class ShardStream:
             if last:
                 self._close(held)
         if len(data) != size:
-            raise OSError(f"{source}: short read of its streamed copy at {offset} ({len(data)} of {size} bytes)")
+            raise StorageError(self._sources[k].path, f"short read of its streamed copy at {offset} "
+                               f"({len(data)} of {size} bytes)")
         return data
 
     # ----- the engine's side ---------------------------------------------------------
@@ -201,9 +203,10 @@ class ShardStream:
         src = self._sources[k]
         try:
             waited = time.monotonic()
+            never = src.info.size > self.budget  # no wait can make room (refused when asked, layout.py)
             while not self._stop.is_set():
                 fd = self._shards.pinned_copy(src.info)
-                if fd is not None or time.monotonic() - waited > _NO_ROOM_WAIT_S:
+                if fd is not None or never or time.monotonic() - waited > _NO_ROOM_WAIT_S:
                     break
                 time.sleep(_POLL_S)  # the room is held by other processes' pins: they move on
             else:
