@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm.auto import tqdm
+from .._deps import tqdm
 
 from ..engine.executor import Executor, result_or_closed
 from ..errors import DatasetError
