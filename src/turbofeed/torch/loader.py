@@ -121,7 +121,8 @@ class DataLoader(EpochBook, TorchDropIn):
             at random (every sample of a dataset equally likely; the dataset by
             ``weights``), a pure function of (seed, epoch, position) computed when it is
             read, so any ``epoch_size`` (``2_000_000_000``) starts at once in memory that
-            does not grow with it (:mod:`turbofeed.plan.resampled`). Streamed: whole
+            does not grow with it (:mod:`turbofeed.plan.resampled`); the draws are in
+            random order already, whatever ``shuffle`` says. Streamed: whole
             shards drawn with replacement (WebDataset's resampled shards), the epoch's
             draw held in memory (8 bytes per sample).
 
