@@ -58,7 +58,9 @@ class DataLoader(EpochBook, TorchDropIn):
         prefetch: batches decoded ahead of the one being consumed.
         on_error: ``"replace"`` (default), ``"skip"`` or ``"raise"``: see
             :class:`turbofeed.pipeline.ErrorPolicy`. With ``"raise"`` a damaged tar
-            also raises at construction.
+            also raises at construction. Bad data only: a storage fault (an outage
+            longer than the retry policy, a shard changed or gone during the pass)
+            raises :class:`turbofeed.StorageError` in every mode.
         gpu_decode: ``True`` decodes each batch with nvJPEG in one call on ``device``
             (default ``cuda``) and crops/resizes/normalises it there in one batched op;
             threads only read bytes and pick crop windows. Without a GPU or a decoder
