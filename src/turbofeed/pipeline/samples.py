@@ -115,7 +115,8 @@ class Pipeline:
         shuffle, seed: the order, a pure function of (seed, epoch).
         transform: optional :class:`turbofeed.transforms.Compose` applied per sample (images
             are float when it ends with ``Normalize``/``ToDtype``).
-        on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples.
+        on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples (bad data
+            only: storage faults raise :class:`turbofeed.StorageError` in every mode).
         rank, world_size: this process's share of the data (strided split).
         gpu_decode: ``True`` decodes on GPU ``device_id`` with nvJPEG: threads only read
             bytes (and pick crop windows), each chunk of samples is decoded in one call
@@ -259,6 +260,8 @@ class Pipeline:
             SampleError: a bad sample under ``on_error="raise"``.
             UserCodeError: ``map`` raised (the threads are stopped; the epoch ends there,
                 as after a ``SampleError``).
+            StorageError: a storage fault (an outage longer than the retry policy, a
+                shard changed or gone during the pass), whatever ``on_error`` says.
         """
         if self._engine is None:
             self.start()

@@ -61,7 +61,9 @@ class DataLoader(EpochBook, TorchDropIn):
         on_error: ``"replace"`` (default), ``"skip"`` or ``"raise"``: see
             :class:`turbofeed.pipeline.ErrorPolicy`. With ``"raise"`` a damaged tar
             also raises at construction. Bad *data* only: user code errors, storage
-            faults and a resume state from other data always raise.
+            faults (an outage longer than the retry policy, a shard changed or gone
+            during the pass: :class:`turbofeed.StorageError`) and a resume state from
+            other data always raise.
         user_errors: ``"raise"`` (default): an exception from your own code (a
             ``transform`` callable, ``map``, ``collate``, ``batch_transform``), or a
             None or unbatchable value it returns, stops the pass at once with

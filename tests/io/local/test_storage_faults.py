@@ -148,6 +148,19 @@ def test_an_image_deleted_from_a_folder_raises_storage_error(tmp_path):
         list(it)
 
 
+def test_the_pipeline_raises_storage_error_too(tmp_path):
+    paths = [_shard(str(tmp_path / f"p-{s}.tar"), s * 100, 100) for s in range(2)]
+    pipe = turbofeed.Pipeline(paths, num_workers=2, prefetch=1, shuffle=False, on_error="skip")
+    pipe.start()
+    keys = [s.key for s in pipe.next_batch(4)]
+    os.remove(paths[1])
+    with pytest.raises(turbofeed.StorageError, match="p-1.tar: vanished"):
+        while batch := pipe.next_batch(4):
+            keys += [s.key for s in batch]
+    pipe.stop()
+    assert keys == [f"{i:06d}" for i in range(len(keys))] and len(keys) <= 100
+
+
 TRUNCATE_MID_PASS = textwrap.dedent("""
     import os, sys
     import turbofeed

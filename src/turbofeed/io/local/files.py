@@ -135,7 +135,7 @@ def what_changed(ref: FileRef) -> str:
         elif st.st_size < ref.id.size:
             what = f"truncated from {ref.id.size} to {st.st_size} bytes"
         else:
-            what = "rewritten"
+            what = "rewritten in place (or its mode or links changed)"
     return f"{what} since it was indexed; a new pass indexes it again"
 
 
