@@ -40,7 +40,7 @@ from typing import BinaryIO, Protocol
 
 from ...errors import DatasetError, StorageError
 from ..s3.cache import CacheFull, ShardCache, object_name
-from ..s3.config import CACHE_SIZE_ENV, cache_limit, default_config
+from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
 from .files import FileChanged, FileId
 
 log = logging.getLogger("turbofeed")
@@ -101,20 +101,21 @@ def decompress(src: BinaryIO, out: Writable, what: str) -> str:
     return codec
 
 
-def node_cache(cache_dir: str, bound: int | None = None) -> ShardCache:
-    """The node cache under ``cache_dir`` (``cache_dir/s3``) with ``bound`` bytes (default:
-    the process's :class:`~turbofeed.io.S3Config` bound, see
-    :func:`turbofeed.io.s3.config.cache_limit`), one object per process and bound: opening
-    it removes the fills of dead processes, once."""
-    if bound is None:
-        bound = cache_limit(default_config())
-    return _node_cache(os.path.abspath(cache_dir), bound)
+def node_cache(cache_dir: str, config: S3Config | None = None) -> ShardCache:
+    """The node cache under ``cache_dir`` (``cache_dir/s3``), bounded as ``config`` (default:
+    the process's :class:`~turbofeed.io.S3Config`) says (see
+    :func:`turbofeed.io.s3.config.cache_limit`); one object per process and bound: opening
+    it removes the fills of dead processes, once.
+
+    Raises:
+        turbofeed.units.SizeError: ``TURBOFEED_S3_CACHE_SIZE`` holds no size.
+    """
+    return _node_cache(os.path.abspath(cache_dir), cache_limit(config or default_config()))
 
 
 @functools.lru_cache(maxsize=16)
 def _node_cache(cache_dir: str, bound: int | None) -> ShardCache:
-    # plain copies of turbofeed < 0.x lived unbounded under tar-plain/: gone, as the cache
-    # now holds them
+    # earlier versions kept unbounded plain copies under tar-plain/: the cache holds them now
     shutil.rmtree(os.path.join(cache_dir, "tar-plain"), ignore_errors=True)
     return ShardCache(os.path.join(cache_dir, "s3"), bound)
 
