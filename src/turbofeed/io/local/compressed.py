@@ -41,7 +41,7 @@ from typing import BinaryIO, Protocol
 from ...errors import DatasetError, StorageError
 from ..s3.cache import CacheFull, ShardCache, object_name
 from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
-from .files import FileChanged, FileId
+from .files import FILES, FileChanged, FileId
 
 log = logging.getLogger("turbofeed")
 
@@ -117,7 +117,8 @@ def node_cache(cache_dir: str, config: S3Config | None = None) -> ShardCache:
 def _node_cache(cache_dir: str, bound: int | None) -> ShardCache:
     # earlier versions kept unbounded plain copies under tar-plain/: the cache holds them now
     shutil.rmtree(os.path.join(cache_dir, "tar-plain"), ignore_errors=True)
-    return ShardCache(os.path.join(cache_dir, "s3"), bound)
+    # a descriptor of this process on an evicted file would hold its disk space
+    return ShardCache(os.path.join(cache_dir, "s3"), bound, on_evict=FILES.close)
 
 
 def bound_hint() -> str:
@@ -192,10 +193,12 @@ class PlainCopy:
         finally:
             self._done()
 
-    def hold(self) -> None:
+    def hold(self, wait_s: float = 0.0, stop: threading.Event | None = None) -> None:
         """Make the copy now if it is not in the cache, and keep it pinned (streaming
-        mode: ahead of its block). Raises as :meth:`pread`."""
-        self._acquire()
+        mode: ahead of its block). When other processes' copies hold the room, wait up
+        to ``wait_s`` seconds for them to let go (streamed ranks of a node do, after
+        their block), or until ``stop`` is set. Raises as :meth:`pread`."""
+        self._acquire(wait_s, stop)
         self._done()
 
     def release(self) -> None:
@@ -206,11 +209,11 @@ class PlainCopy:
                 return
             self._close_locked()
 
-    def _acquire(self) -> int:
+    def _acquire(self, wait_s: float = 0.0, stop: threading.Event | None = None) -> int:
         with self._lock:
             if self._fd is None:
                 fd = self.cache.open(self.name)
-                self._fd = fd if fd is not None else self._make()
+                self._fd = fd if fd is not None else self._make(wait_s, stop)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _close_fd, [self._fd])
             self._readers += 1
@@ -243,8 +246,9 @@ class PlainCopy:
         finally:
             self._lock.release()
 
-    def _make(self) -> int:
-        """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd."""
+    def _make(self, wait_s: float, stop: threading.Event | None) -> int:
+        """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd.
+        ``wait_s``, ``stop``: as :meth:`hold`."""
         def copy(sink: Writable) -> None:
             with self._open_compressed() as src:
                 decompress(src, sink, self.what)
@@ -261,15 +265,18 @@ class PlainCopy:
         # The room is held by pinned copies. This process's own let go when not being
         # read: one retrier at a time (its .part is gone: it holds no room while it
         # waits) unpins them as they become idle and waits for the fills in progress;
-        # when only other processes' copies stand in the way, it raises at once.
+        # when only other processes' copies stand in the way, it waits ``wait_s`` (0: a
+        # dataset not streamed pins its copies for its life, waiting is in vain).
         with _RETRY_LOCK:
-            deadline = time.monotonic() + _RETRY_S
+            start = time.monotonic()
             while True:
                 release_idle(self.cache, but=self)
                 try:
                     return self._fill(copy)
                 except CacheFull as exc:
-                    if exc.over_bound or not _busy(self) or time.monotonic() > deadline:
+                    waited = time.monotonic() - start
+                    if (exc.over_bound or (stop is not None and stop.is_set())
+                            or waited > (_RETRY_S if _busy(self) else wait_s)):
                         raise StorageError(self.what, _no_room(exc)) from exc
                 time.sleep(_POLL_S)
 
@@ -285,7 +292,7 @@ class PlainCopy:
 
 _RETRY_LOCK = threading.Lock()
 _RETRY_S = 600.0  # a retrier waits at most this long for this process's fills in progress
-_POLL_S = 0.01
+_POLL_S = 0.02
 
 
 def _busy(copy: PlainCopy) -> bool:

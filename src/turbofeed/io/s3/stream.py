@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("turbofeed")
 
 _NO_ROOM_WAIT_S = 5.0  # how long a fill waits for other processes to release room
+_PLAIN_WAIT_S = 60.0   # the same for a compressed shard's copy, which has no ranged-GET fallback
 _POLL_S = 0.05
 
 
@@ -212,7 +213,9 @@ class ShardStream:
         src = self._sources[k]
         try:
             if held.plain is not None:
-                held.plain.hold()  # made now, in its block's turn; pinned until released
+                # made now, in its block's turn, and pinned until released; room held by
+                # other ranks of the node frees as they finish their block
+                held.plain.hold(_PLAIN_WAIT_S, self._stop)
                 return
             waited = time.monotonic()
             while not self._stop.is_set():
