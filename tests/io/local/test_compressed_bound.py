@@ -54,15 +54,15 @@ def write_bomb(path: str, zero_mib: int) -> int:
 
 
 def _files_under(root: str) -> list[tuple[str, int]]:
-    """(path, the larger of its size and its bytes on disk) of every file under ``root``
-    but indexes and lock files (which the bound does not count)."""
+    """(path, size) of every file under ``root`` but indexes and lock files (which the
+    bound does not count); a .part's size is its reservation, at least what it holds."""
     out = []
     for folder, _, names in os.walk(root):
         for name in names:
             if name.endswith((".json", ".lock")):
                 continue
             st = os.stat(os.path.join(folder, name))
-            out.append((os.path.join(folder, name), max(st.st_size, st.st_blocks * 512)))
+            out.append((os.path.join(folder, name), st.st_size))
     return out
 
 

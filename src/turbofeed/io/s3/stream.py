@@ -100,11 +100,8 @@ class ShardStream:
                 self._queue.append(k)
                 self._last[k] = int(last[j])
                 plain = src.plain
-                if plain is None:
-                    self._held[k] = _Held(src.info.size)
-                    self._index[id(src)] = k  # read here; a compressed one reads its copy itself
-                else:
-                    self._held[k] = _Held(plain.size or src.info.size, plain)
+                self._held[k] = _Held(src.info.size if plain is None else plain.size or src.info.size, plain)
+                self._index[id(src)] = k
         self._sources: dict[int, S3TarSource] = {k: sources[k] for k in self._queue}  # type: ignore[misc]
         self._next = 0        # next shard of the queue to start
         self._holding = 0     # bytes of started shards not yet released
@@ -119,10 +116,11 @@ class ShardStream:
     def read(self, source: object, offset: int, size: int) -> bytes | None:
         """``size`` bytes at ``offset`` of ``source``'s downloaded copy (waiting for the
         download, starting it if nobody has); None when the source is not streamed or has
-        no copy (read it from the network).
+        no copy (read it from the network). A compressed shard's from its decompressed copy.
 
         Raises:
-            OSError: a short read of the copy.
+            OSError: a short read of the copy. StorageError: a compressed shard's copy has
+                no room in the node cache.
         """
         k = self._index.get(id(source))
         if k is None:
@@ -133,6 +131,8 @@ class ShardStream:
         while not held.ready.wait(_POLL_S):
             if self._stop.is_set():
                 raise InterruptedError("the stream was closed")
+        if held.plain is not None:  # a compressed shard: its copy, made by _fetch (or again now)
+            return held.plain.pread(offset, size)
         with self._lock:
             fd = held.fd
             if fd is None:
