@@ -40,6 +40,7 @@ from typing import BinaryIO, Protocol
 
 from ...errors import DatasetError, StorageError
 from ..s3.cache import CacheFull, ShardCache, object_name
+from ..s3.fills import GrowingFill
 from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
 from .files import FILES, FileChanged, FileId
 
@@ -158,7 +159,7 @@ class PlainCopy:
         self._fd: int | None = None
         self._readers = 0
         self._release = False  # close the descriptor when the last reader is done
-        self.made = 0          # copies this object decompressed (1 + the evicted ones made again)
+        self.made = 0          # copies this object decompressed (the first, and evicted ones made again)
         self._filling = False  # a decompression into the cache is in progress
         _LIVE.add(self)
         self._finalizer = weakref.finalize(self, _close_fd, [None])
@@ -249,12 +250,12 @@ class PlainCopy:
     def _make(self, wait_s: float, stop: threading.Event | None) -> int:
         """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd.
         ``wait_s``, ``stop``: as :meth:`hold`."""
-        def copy(sink: Writable) -> None:
+        def copy(sink: GrowingFill) -> None:
             with self._open_compressed() as src:
                 decompress(src, sink, self.what)
-            written = sink.tell()  # type: ignore[attr-defined]
-            if self.size is not None and written != self.size:
-                raise FileChanged(f"{self.what}: decompressed to {written} bytes, {self.size} when indexed")
+            if self.size is not None and sink.tell() != self.size:
+                raise FileChanged(f"{self.what}: decompressed to {sink.tell()} bytes, {self.size} when indexed")
+            self.made += 1  # not when another process published the copy first
 
         log.info("turbofeed: decompressing %s into the node cache %s", self.what, self.cache.root)
         try:
@@ -280,14 +281,12 @@ class PlainCopy:
                         raise StorageError(self.what, _no_room(exc)) from exc
                 time.sleep(_POLL_S)
 
-    def _fill(self, copy: Callable[[Writable], None]) -> int:
+    def _fill(self, copy: Callable[[GrowingFill], None]) -> int:
         self._filling = True
         try:
-            fd = self.cache.fill_stream(self.name, copy, expected=self.size)
+            return self.cache.fill_stream(self.name, copy, expected=self.size)
         finally:
             self._filling = False
-        self.made += 1
-        return fd
 
 
 _RETRY_LOCK = threading.Lock()
