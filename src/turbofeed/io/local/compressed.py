@@ -161,7 +161,8 @@ class PlainCopy:
         self._release = False  # close the descriptor when the last reader is done
         self.made = 0          # copies this object decompressed (the first, and evicted ones made again)
         self._filling = False  # a decompression into the cache is in progress
-        _LIVE.add(self)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._finalizer = weakref.finalize(self, _close_fd, [None])
 
     @property
@@ -298,17 +299,23 @@ def _busy(copy: PlainCopy) -> bool:
     """Whether another copy of this process in ``copy``'s cache is being made or is still
     pinned (being read: it lets go of its room once idle)."""
     return any(c is not copy and c.cache.root == copy.cache.root and (c._filling or c._fd is not None)
-               for c in list(_LIVE))
+               for c in _live())
 
 
-_LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()  # every copy of this process
+_LIVE_LOCK = threading.Lock()  # a set must not grow while another thread lists it
+
+
+def _live() -> list[PlainCopy]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
 
 
 def release_idle(cache: ShardCache, but: PlainCopy | None = None) -> bool:
     """Unpin every copy of this process in ``cache``'s folder not being read now (``but``
     excepted); True when one was."""
     root = cache.root
-    return sum(c._try_release_idle() for c in list(_LIVE) if c is not but and c.cache.root == root) > 0
+    return sum(c._try_release_idle() for c in _live() if c is not but and c.cache.root == root) > 0
 
 
 def _close_fd(box: list) -> None:
