@@ -84,7 +84,8 @@ def test_a_gzip_bomb_stops_at_the_bound_with_a_storage_error(tmp_path, cache_dir
             Dataset(bomb, on_damage=on_damage)
         err = caught.value
         assert err.shard == bomb
-        assert f"its decompressed copy is over {bound} bytes, the node cache's bound" in str(err)
+        assert (f"its decompressed copy is over {bound} bytes (from {os.path.getsize(bomb)} compressed bytes), "
+                "the node cache's bound") in str(err)
         assert "TURBOFEED_S3_CACHE_SIZE=SIZE" in str(err) and "S3Config(cache_max_bytes=...)" in str(err)
     monkeypatch.delenv("TURBOFEED_S3_CACHE_SIZE")  # the bound of an S3Config passed to a local dataset
     with pytest.raises(turbofeed.StorageError, match=f"over {bound} bytes"):

@@ -157,8 +157,8 @@ def test_a_plain_copy_over_the_bound_raises_whatever_on_damage_says(objects, pla
         configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
         for on_damage in ("skip", "raise"):
             with pytest.raises(turbofeed.StorageError, match=rf"b-packed.tar.gz: its decompressed copy is "
-                               rf"over {bound} bytes, the node cache's bound: raise the bound with "
-                               "TURBOFEED_S3_CACHE_SIZE=SIZE"):
+                               rf"over {bound} bytes \(from {len(objects[url])} compressed bytes\), the node "
+                               "cache's bound: raise the bound with TURBOFEED_S3_CACHE_SIZE=SIZE"):
                 Dataset([f"{PREFIX}a-plain.tar", url], on_damage=on_damage)  # never dropped
         assert _plain_copies() == []
         assert sum(size for _, size in _cache_files()) <= bound

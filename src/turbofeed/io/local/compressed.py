@@ -148,12 +148,13 @@ class PlainCopy:
             offset 0, the version indexed (else it raises :class:`FileChanged`).
         size: the copy's size when known (from the index): the first reservation, and
             a copy decompressing to another size is refused.
+        packed: the compressed shard's size (for messages).
     """
 
     def __init__(self, cache: ShardCache, name: str, what: str,
                  open_compressed: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
-                 size: int | None = None) -> None:
-        self.cache, self.name, self.what, self.size = cache, name, what, size
+                 size: int | None = None, packed: int | None = None) -> None:
+        self.cache, self.name, self.what, self.size, self.packed = cache, name, what, size, packed
         self._open_compressed = open_compressed
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -263,7 +264,7 @@ class PlainCopy:
             return self._fill(copy)
         except CacheFull as exc:
             if exc.over_bound:
-                raise StorageError(self.what, _no_room(exc)) from exc
+                raise StorageError(self.what, self._no_room(exc)) from exc
         # The room is held by pinned copies. This process's own let go when not being
         # read: one retrier at a time (its .part is gone: it holds no room while it
         # waits) unpins them as they become idle and waits for the fills in progress;
@@ -279,8 +280,11 @@ class PlainCopy:
                     waited = time.monotonic() - start
                     if (exc.over_bound or (stop is not None and stop.is_set())
                             or waited > (_RETRY_S if _busy(self) else wait_s)):
-                        raise StorageError(self.what, _no_room(exc)) from exc
+                        raise StorageError(self.what, self._no_room(exc)) from exc
                 time.sleep(_POLL_S)
+
+    def _no_room(self, exc: CacheFull) -> str:
+        return _no_room(exc, self.packed)
 
     def _fill(self, copy: Callable[[GrowingFill], None]) -> int:
         self._filling = True
@@ -323,9 +327,10 @@ def _close_fd(box: list) -> None:
         os.close(box[0])
 
 
-def _no_room(exc: CacheFull) -> str:
+def _no_room(exc: CacheFull, packed: int | None) -> str:
     if exc.over_bound:
-        return f"its decompressed copy is over {exc.bound} bytes, the node cache's bound: {bound_hint()}"
+        of = "" if packed is None else f" (from {packed} compressed bytes)"
+        return f"its decompressed copy is over {exc.bound} bytes{of}, the node cache's bound: {bound_hint()}"
     return (f"the node cache has no room for its decompressed copy ({exc.needed} bytes so far; bound "
             f"{exc.bound} bytes, the rest held by copies in use by this or other processes): {bound_hint()}")
 
@@ -341,4 +346,4 @@ def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int |
                 raise FileChanged(f"{path} changed on disk since it was indexed (replaced, rewritten or "
                                   "truncated); it is re-indexed when the next epoch starts")
             yield f
-    return PlainCopy(cache, name, path, open_compressed, size)
+    return PlainCopy(cache, name, path, open_compressed, size, identity.size)
