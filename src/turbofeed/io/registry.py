@@ -106,7 +106,8 @@ class Format:
 
 KINDS: dict[str, Format] = {f.name: f for f in (
     Format("tar", TAR_SUFFIXES,  # zstd: named only to be reported
-           lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir, labels=o.labels)),
+           lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir, labels=o.labels,
+                                     s3=o.s3)),
     Format("folder", (), lambda o, path: FolderSource(path, classes=o.classes)),
     Format("hdf5", (".h5", ".hdf5", ".hdf", ".he5"),
            lambda o, path: HDF5Source(path, o.format_options), array=True),

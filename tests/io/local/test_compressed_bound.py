@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import time
 import zlib
 
@@ -21,7 +22,10 @@ from builders import small_jpeg, tar_bytes
 
 import turbofeed
 from turbofeed.io import Dataset
+from turbofeed.io.local.compressed import local_plain_copy, node_cache
+from turbofeed.io.local.files import file_id
 from turbofeed.io.s3.cache import CacheFull, ShardCache
+from turbofeed.io.s3.config import S3Config
 
 MiB = 1 << 20
 ZEROS = bytes(16 * MiB)
@@ -50,15 +54,15 @@ def write_bomb(path: str, zero_mib: int) -> int:
 
 
 def _files_under(root: str) -> list[tuple[str, int]]:
-    """(path, the larger of its size and its bytes on disk) of every file under ``root``
-    but indexes and lock files (which the bound does not count)."""
+    """(path, size) of every file under ``root`` but indexes and lock files (which the
+    bound does not count); a .part's size is its reservation, at least what it holds."""
     out = []
     for folder, _, names in os.walk(root):
         for name in names:
             if name.endswith((".json", ".lock")):
                 continue
             st = os.stat(os.path.join(folder, name))
-            out.append((os.path.join(folder, name), max(st.st_size, st.st_blocks * 512)))
+            out.append((os.path.join(folder, name), st.st_size))
     return out
 
 
@@ -80,8 +84,12 @@ def test_a_gzip_bomb_stops_at_the_bound_with_a_storage_error(tmp_path, cache_dir
             Dataset(bomb, on_damage=on_damage)
         err = caught.value
         assert err.shard == bomb
-        assert f"its decompressed copy is over {bound} bytes, the node cache's bound" in str(err)
+        assert (f"its decompressed copy is over {bound} bytes (from {os.path.getsize(bomb)} compressed bytes), "
+                "the node cache's bound") in str(err)
         assert "TURBOFEED_S3_CACHE_SIZE=SIZE" in str(err) and "S3Config(cache_max_bytes=...)" in str(err)
+    monkeypatch.delenv("TURBOFEED_S3_CACHE_SIZE")  # the bound of an S3Config passed to a local dataset
+    with pytest.raises(turbofeed.StorageError, match=f"over {bound} bytes"):
+        Dataset(bomb, s3=S3Config(cache_max_bytes=bound))
     files = _files_under(cache_dir)
     assert all(size <= bound for _, size in files) and sum(size for _, size in files) <= bound
     assert os.listdir(os.path.join(cache_dir, "s3", "tmp")) == []  # the partial copy is gone
@@ -107,6 +115,21 @@ def test_a_fill_of_unknown_size_never_writes_past_the_bound(tmp_path):
     assert sizes and max(max(s) for s in sizes) <= bound
     assert sizes[-1][1] == 5 * MiB  # stopped before the sixth MiB
     assert os.listdir(cache.tmp) == [] and cache.lookup("endless") is None
+
+
+def test_a_fill_of_unknown_size_that_fits_beside_copies_in_use_is_made(tmp_path):
+    bound = 10 * MiB
+    cache = ShardCache(str(tmp_path), bound)
+    pinned = cache.fill_open("pinned", 7 * MiB, lambda fd: os.pwrite(fd, b"\2" * (7 * MiB), 0))
+    try:
+        fd = cache.fill_stream("fits", lambda sink: [sink.write(b"\3" * MiB) for _ in range(3)])
+        os.close(fd)  # 7 + 3 MiB: exactly the bound, the pinned object untouched
+        assert os.path.getsize(cache.path("fits")) == 3 * MiB and cache.lookup("pinned")
+        with pytest.raises(CacheFull) as caught:  # one byte more has no room: only the pinned one could go
+            cache.fill_stream("too-much", lambda sink: sink.write(b"\3" * (3 * MiB + 1)))
+        assert not caught.value.over_bound and os.listdir(cache.tmp) == []
+    finally:
+        os.close(pinned)
 
 
 def _kill_mid_decompression(tmp_path, cache_dir: str, bomb: str) -> str:
@@ -185,3 +208,30 @@ def test_copies_not_in_use_are_evicted_so_shards_larger_than_the_bound_take_turn
     keys = [k.rsplit("/", 1)[-1] for _, _, batch in loader for k in batch]
     assert sorted(keys) == sorted(f"s{s}-{i:03d}" for s in range(2) for i in range(30))
     assert sum(size for _, size in _files_under(cache_dir)) <= bound
+
+
+def test_a_streamed_copy_waits_for_room_another_process_holds_and_a_plain_read_does_not(tmp_path, cache_dir,
+                                                                                      monkeypatch):
+    for seed in range(2):
+        plain = _shard(seed, 30)
+        (tmp_path / f"{seed}.tar.gz").write_bytes(gzip.compress(plain, mtime=0))
+    bound = len(plain) + len(plain) // 2
+    monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(bound))
+    first = Dataset(str(tmp_path / "0.tar.gz"))
+    first.close()  # its copy stays in the cache, unpinned
+    cache = ShardCache(os.path.join(cache_dir, "s3"), bound)
+    held = cache.open(first.sources[0].plain.name)  # pinned as another process would (no PlainCopy of ours)
+    try:
+        with pytest.raises(turbofeed.StorageError, match="held by copies in use by this or other processes"):
+            Dataset(str(tmp_path / "1.tar.gz"))  # a read does not wait: that pin may last a dataset's life
+    finally:
+        let_go = threading.Timer(0.5, os.close, (held,))
+        let_go.start()
+    path = str(tmp_path / "1.tar.gz")
+    copy = local_plain_copy(path, file_id(path), node_cache(cache_dir))
+    t = time.monotonic()
+    copy.hold(wait_s=30)  # streaming: waits until the other holder lets go (0.5 s)
+    assert 0.3 < time.monotonic() - t < 20
+    let_go.join()
+    assert copy.made == 1 and os.path.exists(copy.path) and not os.path.exists(first.sources[0].plain.path)
+    copy.release()

@@ -9,8 +9,12 @@ from __future__ import annotations
 import bz2
 import gc
 import gzip
+import json
 import lzma
 import os
+import subprocess
+import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -139,9 +143,10 @@ def test_bz2_and_xz_are_read_and_zstd_is_reported(objects, plain, caplog):
 
 
 def _cache_files() -> list[tuple[str, int]]:
-    """(name, bytes on disk) of every file under the node cache's objects/ and tmp/."""
+    """(name, size) of every file under the node cache's objects/ and tmp/: what its bound
+    counts (a .part's size is its reservation, at least what it holds)."""
     root = os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3")
-    return [(e.name, e.stat().st_blocks * 512) for sub in ("objects", "tmp")
+    return [(e.name, e.stat().st_size) for sub in ("objects", "tmp")
             for e in os.scandir(os.path.join(root, sub)) if not e.name.endswith(".lock")]
 
 
@@ -152,8 +157,8 @@ def test_a_plain_copy_over_the_bound_raises_whatever_on_damage_says(objects, pla
         configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
         for on_damage in ("skip", "raise"):
             with pytest.raises(turbofeed.StorageError, match=rf"b-packed.tar.gz: its decompressed copy is "
-                               rf"over {bound} bytes, the node cache's bound: raise the bound with "
-                               "TURBOFEED_S3_CACHE_SIZE=SIZE"):
+                               rf"over {bound} bytes \(from {len(objects[url])} compressed bytes\), the node "
+                               "cache's bound: raise the bound with TURBOFEED_S3_CACHE_SIZE=SIZE"):
                 Dataset([f"{PREFIX}a-plain.tar", url], on_damage=on_damage)  # never dropped
         assert _plain_copies() == []
         assert sum(size for _, size in _cache_files()) <= bound
@@ -229,3 +234,47 @@ def test_compressed_shards_larger_together_than_the_cache_stream_every_sample_on
     # each copy was let go after its block: other processes of the node may evict them all
     cache = ShardCache(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3"), bound)
     assert _plain_copies() and cache.make_room(bound) and _plain_copies() == []
+
+
+RANK = r"""
+import json, sys
+import turbofeed
+rank, out = int(sys.argv[1]), sys.argv[2]
+loader = turbofeed.DataLoader(sys.argv[3], batch_size=4, num_workers=2, shuffle=True, seed=9, streaming=True,
+                              rank=rank, world_size=2, return_keys=True, on_error="raise",
+                              transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
+keys = [k.rsplit("/", 1)[-1] for _, _, batch in loader for k in batch]
+json.dump({"keys": keys, "made": sum(s.plain.made for s in loader.dataset.sources)}, open(out, "w"))
+"""
+
+
+def test_two_ranks_of_a_node_stream_compressed_shards_through_one_cache(objects, many, tmp_path):
+    """Two processes (the ranks of one node, no collective keeping them in step) stream the
+    same compressed shards through one node cache for 3 copies: every sample once across
+    them, the cache within its bound, neither stopped by the other's pins."""
+    bound = 3 * many["largest"]
+    env = {**os.environ, "TURBOFEED_S3_CACHE_SIZE": str(bound), "PYTHONPATH": os.pathsep.join(sys.path)}
+    peak = [0]
+    done = threading.Event()
+
+    def watch() -> None:  # the bytes the cache holds, sampled
+        while not done.wait(0.005):
+            try:
+                peak[0] = max(peak[0], sum(size for _, size in _cache_files()))
+            except FileNotFoundError:  # the cache not made yet, or a file evicted while listed
+                pass
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tmp_path / f"rank{r}.json"), MANY], env=env)
+             for r in range(2)]
+    try:
+        for p in procs:
+            assert p.wait(240) == 0
+    finally:
+        done.set()
+        for p in procs:
+            p.kill()
+        watcher.join(5)
+    got = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    assert Counter(got[0]["keys"] + got[1]["keys"]) == Counter(many["keys"])  # every sample once
+    assert 0 < peak[0] <= bound

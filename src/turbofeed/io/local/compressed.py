@@ -40,8 +40,9 @@ from typing import BinaryIO, Protocol
 
 from ...errors import DatasetError, StorageError
 from ..s3.cache import CacheFull, ShardCache, object_name
-from ..s3.config import CACHE_SIZE_ENV, cache_limit, default_config
-from .files import FileId
+from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
+from ..s3.fills import GrowingFill
+from .files import FILES, FileId
 
 log = logging.getLogger("turbofeed")
 
@@ -101,22 +102,24 @@ def decompress(src: BinaryIO, out: Writable, what: str) -> str:
     return codec
 
 
-def node_cache(cache_dir: str, bound: int | None = None) -> ShardCache:
-    """The node cache under ``cache_dir`` (``cache_dir/s3``) with ``bound`` bytes (default:
-    the process's :class:`~turbofeed.io.S3Config` bound, see
-    :func:`turbofeed.io.s3.config.cache_limit`), one object per process and bound: opening
-    it removes the fills of dead processes, once."""
-    if bound is None:
-        bound = cache_limit(default_config())
-    return _node_cache(os.path.abspath(cache_dir), bound)
+def node_cache(cache_dir: str, config: S3Config | None = None) -> ShardCache:
+    """The node cache under ``cache_dir`` (``cache_dir/s3``), bounded as ``config`` (default:
+    the process's :class:`~turbofeed.io.S3Config`) says (see
+    :func:`turbofeed.io.s3.config.cache_limit`); one object per process and bound: opening
+    it removes the fills of dead processes, once.
+
+    Raises:
+        turbofeed.units.SizeError: ``TURBOFEED_S3_CACHE_SIZE`` holds no size.
+    """
+    return _node_cache(os.path.abspath(cache_dir), cache_limit(config or default_config()))
 
 
 @functools.lru_cache(maxsize=16)
 def _node_cache(cache_dir: str, bound: int | None) -> ShardCache:
-    # plain copies of turbofeed < 0.x lived unbounded under tar-plain/: gone, as the cache
-    # now holds them
+    # earlier versions kept unbounded plain copies under tar-plain/: the cache holds them now
     shutil.rmtree(os.path.join(cache_dir, "tar-plain"), ignore_errors=True)
-    return ShardCache(os.path.join(cache_dir, "s3"), bound)
+    # a descriptor of this process on an evicted file would hold its disk space
+    return ShardCache(os.path.join(cache_dir, "s3"), bound, on_evict=FILES.close)
 
 
 def bound_hint() -> str:
@@ -145,20 +148,22 @@ class PlainCopy:
             offset 0, the version indexed (else it raises :class:`StorageError`).
         size: the copy's size when known (from the index): the first reservation, and
             a copy decompressing to another size is refused.
+        packed: the compressed shard's size (for messages).
     """
 
     def __init__(self, cache: ShardCache, name: str, what: str,
                  open_compressed: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
-                 size: int | None = None) -> None:
-        self.cache, self.name, self.what, self.size = cache, name, what, size
+                 size: int | None = None, packed: int | None = None) -> None:
+        self.cache, self.name, self.what, self.size, self.packed = cache, name, what, size, packed
         self._open_compressed = open_compressed
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._readers = 0
         self._release = False  # close the descriptor when the last reader is done
-        self.made = 0          # copies this object decompressed (1 + the evicted ones made again)
+        self.made = 0          # copies this object decompressed (the first, and evicted ones made again)
         self._filling = False  # a decompression into the cache is in progress
-        _LIVE.add(self)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._finalizer = weakref.finalize(self, _close_fd, [None])
 
     @property
@@ -193,10 +198,12 @@ class PlainCopy:
         finally:
             self._done()
 
-    def hold(self) -> None:
+    def hold(self, wait_s: float = 0.0, stop: threading.Event | None = None) -> None:
         """Make the copy now if it is not in the cache, and keep it pinned (streaming
-        mode: ahead of its block). Raises as :meth:`pread`."""
-        self._acquire()
+        mode: ahead of its block). When other processes' copies hold the room, wait up
+        to ``wait_s`` seconds for them to let go (streamed ranks of a node do, after
+        their block), or until ``stop`` is set. Raises as :meth:`pread`."""
+        self._acquire(wait_s, stop)
         self._done()
 
     def release(self) -> None:
@@ -207,11 +214,11 @@ class PlainCopy:
                 return
             self._close_locked()
 
-    def _acquire(self) -> int:
+    def _acquire(self, wait_s: float = 0.0, stop: threading.Event | None = None) -> int:
         with self._lock:
             if self._fd is None:
                 fd = self.cache.open(self.name)
-                self._fd = fd if fd is not None else self._make()
+                self._fd = fd if fd is not None else self._make(wait_s, stop)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _close_fd, [self._fd])
             self._readers += 1
@@ -244,67 +251,78 @@ class PlainCopy:
         finally:
             self._lock.release()
 
-    def _make(self) -> int:
-        """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd."""
-        def copy(sink: Writable) -> None:
+    def _make(self, wait_s: float, stop: threading.Event | None) -> int:
+        """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd.
+        ``wait_s``, ``stop``: as :meth:`hold`."""
+        def copy(sink: GrowingFill) -> None:
             with self._open_compressed() as src:
                 decompress(src, sink, self.what)
-            written = sink.tell()  # type: ignore[attr-defined]
-            if self.size is not None and written != self.size:
-                raise StorageError(self.what, f"decompressed to {written} bytes, {self.size} when indexed: "
+            if self.size is not None and sink.tell() != self.size:
+                raise StorageError(self.what, f"decompressed to {sink.tell()} bytes, {self.size} when indexed: "
                                    "the shard changed since it was indexed")
+            self.made += 1  # not when another process published the copy first
 
         log.info("turbofeed: decompressing %s into the node cache %s", self.what, self.cache.root)
         try:
             return self._fill(copy)
         except CacheFull as exc:
             if exc.over_bound:
-                raise StorageError(self.what, _no_room(exc)) from exc
+                raise StorageError(self.what, self._no_room(exc)) from exc
         # The room is held by pinned copies. This process's own let go when not being
         # read: one retrier at a time (its .part is gone: it holds no room while it
         # waits) unpins them as they become idle and waits for the fills in progress;
-        # when only other processes' copies stand in the way, it raises at once.
+        # when only other processes' copies stand in the way, it waits ``wait_s`` (0: a
+        # dataset not streamed pins its copies for its life, waiting is in vain).
         with _RETRY_LOCK:
-            deadline = time.monotonic() + _RETRY_S
+            start = time.monotonic()
             while True:
                 release_idle(self.cache, but=self)
                 try:
                     return self._fill(copy)
                 except CacheFull as exc:
-                    if exc.over_bound or not _busy(self) or time.monotonic() > deadline:
-                        raise StorageError(self.what, _no_room(exc)) from exc
+                    waited = time.monotonic() - start
+                    if (exc.over_bound or (stop is not None and stop.is_set())
+                            or waited > (_RETRY_S if _busy(self) else wait_s)):
+                        raise StorageError(self.what, self._no_room(exc)) from exc
                 time.sleep(_POLL_S)
 
-    def _fill(self, copy: Callable[[Writable], None]) -> int:
+    def _no_room(self, exc: CacheFull) -> str:
+        return _no_room(exc, self.packed)
+
+    def _fill(self, copy: Callable[[GrowingFill], None]) -> int:
         self._filling = True
         try:
-            fd = self.cache.fill_stream(self.name, copy, expected=self.size)
+            return self.cache.fill_stream(self.name, copy, expected=self.size)
         finally:
             self._filling = False
-        self.made += 1
-        return fd
 
 
 _RETRY_LOCK = threading.Lock()
 _RETRY_S = 600.0  # a retrier waits at most this long for this process's fills in progress
-_POLL_S = 0.01
+_POLL_S = 0.02
 
 
 def _busy(copy: PlainCopy) -> bool:
     """Whether another copy of this process in ``copy``'s cache is being made or is still
     pinned (being read: it lets go of its room once idle)."""
     return any(c is not copy and c.cache.root == copy.cache.root and (c._filling or c._fd is not None)
-               for c in list(_LIVE))
+               for c in _live())
 
 
-_LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()  # every copy of this process
+_LIVE_LOCK = threading.Lock()  # a set must not grow while another thread lists it
+
+
+def _live() -> list[PlainCopy]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
 
 
 def release_idle(cache: ShardCache, but: PlainCopy | None = None) -> bool:
     """Unpin every copy of this process in ``cache``'s folder not being read now (``but``
     excepted); True when one was."""
     root = cache.root
-    return sum(c._try_release_idle() for c in list(_LIVE) if c is not but and c.cache.root == root) > 0
+    return sum(c._try_release_idle() for c in _live() if c is not but and c.cache.root == root) > 0
 
 
 def _close_fd(box: list) -> None:
@@ -312,9 +330,10 @@ def _close_fd(box: list) -> None:
         os.close(box[0])
 
 
-def _no_room(exc: CacheFull) -> str:
+def _no_room(exc: CacheFull, packed: int | None) -> str:
     if exc.over_bound:
-        return f"its decompressed copy is over {exc.bound} bytes, the node cache's bound: {bound_hint()}"
+        of = "" if packed is None else f" (from {packed} compressed bytes)"
+        return f"its decompressed copy is over {exc.bound} bytes{of}, the node cache's bound: {bound_hint()}"
     return (f"the node cache has no room for its decompressed copy ({exc.needed} bytes so far; bound "
             f"{exc.bound} bytes, the rest held by copies in use by this or other processes): {bound_hint()}")
 
@@ -330,4 +349,4 @@ def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int |
                 raise StorageError(path, "changed on disk since it was indexed (replaced, rewritten or "
                                    "truncated); it is re-indexed when the next epoch starts")
             yield f
-    return PlainCopy(cache, name, path, open_compressed, size)
+    return PlainCopy(cache, name, path, open_compressed, size, identity.size)

@@ -10,6 +10,8 @@ to index it again before the next pass.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...errors import DatasetError
 from ..source import Source
 from ..table import SampleTable
@@ -17,6 +19,9 @@ from .compressed import PlainCopy, compression_of, local_plain_copy, node_cache
 from .files import FILES, FileId, FileRef, file_id, views_enabled
 from .index import (TarDamage, _build_index, _cache_path, cached_index, default_cache_dir, load_index,
                     report_damage, table_from_index, unreadable_index)
+
+if TYPE_CHECKING:
+    from ..s3.config import S3Config
 
 
 class TarSource(Source):
@@ -28,8 +33,10 @@ class TarSource(Source):
         on_damage: ``"raise"`` to fail on a truncated, corrupt, empty or unreadable shard
             (or one with duplicate member names) with the file and byte offset; ``"skip"``
             to keep the samples it has and log a warning (``damage`` says why).
-        cache_dir: where the index (and a compressed shard's plain copy) is cached
-            (default :func:`default_cache_dir`).
+        cache_dir: where the index (and a compressed shard's plain copy, in the node cache
+            ``cache_dir/s3``) is cached (default :func:`default_cache_dir`).
+        s3: the :class:`~turbofeed.io.S3Config` whose ``cache_max_bytes`` bounds the node
+            cache (default: the process's, see :func:`turbofeed.io.s3.config.cache_limit`).
     """
 
     file: FileRef  # always a local file (the Source capability, never None here)
@@ -37,7 +44,7 @@ class TarSource(Source):
     plain: PlainCopy | None = None
 
     def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None,
-                 labels: bool = True) -> None:
+                 labels: bool = True, s3: S3Config | None = None) -> None:
         self.path = path
         cache_dir = cache_dir or default_cache_dir()
         identity = file_id(path)
@@ -47,7 +54,7 @@ class TarSource(Source):
             index = unreadable_index(TarDamage(0, str(exc).split(": ", 1)[1], cut=False),
                                      file=identity.as_dict())
         else:
-            index = self._compressed_index(identity, cache_dir) if codec else load_index(path, cache_dir)
+            index = self._compressed_index(identity, cache_dir, s3) if codec else load_index(path, cache_dir)
         # the shard as it was indexed: reads check it (a compressed shard's when its copy
         # is made), and a change re-indexes (changed())
         self.file = FileRef(path, FileId(**index["file"]))
@@ -56,14 +63,14 @@ class TarSource(Source):
         self.table = table_from_index(index, labels=labels)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
 
-    def _compressed_index(self, identity: FileId, cache_dir: str) -> dict:
+    def _compressed_index(self, identity: FileId, cache_dir: str, s3: S3Config | None) -> dict:
         """The index of the compressed shard's plain copy (cached by the shard's identity),
         and ``plain``; the copy is pinned while it is indexed and after.
 
         Raises:
             StorageError: the copy does not fit in the node cache.
         """
-        plain = local_plain_copy(self.path, identity, node_cache(cache_dir))
+        plain = local_plain_copy(self.path, identity, node_cache(cache_dir, s3))
         key = {"file": identity.as_dict(), "plain_copy": True}
 
         def build() -> dict:

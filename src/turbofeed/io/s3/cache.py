@@ -212,7 +212,8 @@ class ShardCache:
         unless present, and return a pinned descriptor of it (as :meth:`fill_open`).
 
         ``copy(sink)`` writes the bytes with ``sink.write(data)``; the sink grows the
-        ``.part`` reservation as it fills (``expected`` bytes at first, when given), and
+        ``.part`` reservation as it fills (``expected`` bytes at first, when given; else
+        in steps of 64 MiB, or of what is written when the room left is smaller), and
         raises :class:`CacheFull` before the bytes written would pass ``max_bytes`` or
         when room cannot be made without evicting copies in use.
 
@@ -222,7 +223,7 @@ class ShardCache:
         """
         if expected is not None and expected > self.max_bytes:
             raise CacheFull(name, expected, self.max_bytes, over_bound=True)
-        first = min(self.max_bytes, expected if expected is not None else _GROW_STEP)
+        first = expected or 0  # unknown: grown from nothing, so no room is asked for in vain
 
         def write(fd: int) -> None:
             sink = GrowingFill(self, name, fd, first)

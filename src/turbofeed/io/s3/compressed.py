@@ -54,7 +54,7 @@ def open_plain(shards: S3Shards, info: ObjectInfo, copy_name: str, key: dict) ->
         DatasetError: not a compressed tar, or a corrupt stream.
     """
     plain = PlainCopy(shards.cache, object_name(info.url, info.etag, info.size, ".plain.tar"), info.url,
-                      lambda: _compressed_copy(shards, info, copy_name))
+                      lambda: _compressed_copy(shards, info, copy_name), packed=info.size)
     key = {**key, "plain_copy": 2}  # 2: the copy's size recorded
 
     def build() -> dict:

@@ -332,14 +332,14 @@ class S3TarSource(Source):
 
     def _read(self, offset: int, size: int) -> bytes:
         stats = self._shards.client.stats
-        if self.plain is not None:
-            stats.add(cache_hits=1)
-            return self.plain.pread(offset, size)
         streamer = self._shards.streamer
         streamed = None if streamer is None else streamer.read(self, offset, size)
         if streamed is not None:
             stats.add(cache_hits=1)
             return streamed
+        if self.plain is not None:
+            stats.add(cache_hits=1)
+            return self.plain.pread(offset, size)
         local = self._local or self._shards.cache.lookup(self._name)
         if local is not None:
             try:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("turbofeed")
 
 _NO_ROOM_WAIT_S = 5.0  # how long a fill waits for other processes to release room
+_PLAIN_WAIT_S = 60.0   # the same for a compressed shard's copy, which has no ranged-GET fallback
 _POLL_S = 0.05
 
 
@@ -100,11 +101,8 @@ class ShardStream:
                 self._queue.append(k)
                 self._last[k] = int(last[j])
                 plain = src.plain
-                if plain is None:
-                    self._held[k] = _Held(src.info.size)
-                    self._index[id(src)] = k  # read here; a compressed one reads its copy itself
-                else:
-                    self._held[k] = _Held(plain.size or src.info.size, plain)
+                self._held[k] = _Held(src.info.size if plain is None else plain.size or src.info.size, plain)
+                self._index[id(src)] = k
         self._sources: dict[int, S3TarSource] = {k: sources[k] for k in self._queue}  # type: ignore[misc]
         self._next = 0        # next shard of the queue to start
         self._holding = 0     # bytes of started shards not yet released
@@ -119,10 +117,11 @@ class ShardStream:
     def read(self, source: object, offset: int, size: int) -> bytes | None:
         """``size`` bytes at ``offset`` of ``source``'s downloaded copy (waiting for the
         download, starting it if nobody has); None when the source is not streamed or has
-        no copy (read it from the network).
+        no copy (read it from the network). A compressed shard's from its decompressed copy.
 
         Raises:
-            StorageError: a short read of the copy.
+            StorageError: a short read of the copy, or a compressed shard's copy has no
+                room in the node cache.
         """
         k = self._index.get(id(source))
         if k is None:
@@ -133,6 +132,8 @@ class ShardStream:
         while not held.ready.wait(_POLL_S):
             if self._stop.is_set():
                 raise InterruptedError("the stream was closed")
+        if held.plain is not None:  # a compressed shard: its copy, made by _fetch (or again now)
+            return held.plain.pread(offset, size)
         with self._lock:
             fd = held.fd
             if fd is None:
@@ -214,7 +215,9 @@ class ShardStream:
         src = self._sources[k]
         try:
             if held.plain is not None:
-                held.plain.hold()  # made now, in its block's turn; pinned until released
+                # made now, in its block's turn, and pinned until released; room held by
+                # other ranks of the node frees as they finish their block
+                held.plain.hold(_PLAIN_WAIT_S, self._stop)
                 return
             waited = time.monotonic()
             never = src.info.size > self.budget  # no wait can make room (refused when asked, layout.py)
