@@ -117,7 +117,7 @@ def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(
     env.pop("TURBOFEED_NATIVE", None)
     pip = [str(python), "-m", "pip", "install", "--only-binary", ":all:", "--no-deps"]
     # The core dependencies at the versions this test environment runs (binary wheels only).
-    deps = [f"{name}=={metadata.version(name)}" for name in ("numpy", "pillow", "simplejpeg", "tqdm")]
+    deps = [f"{name}=={metadata.version(name)}" for name in ("google-crc32c", "numpy", "pillow", "simplejpeg", "tqdm")]
     done = _run(pip + deps, timeout=300, env=env)
     done = _run(pip + ["--no-index", "--find-links", str(wheel.parent), "turbofeed"], timeout=120, env=env)
     log = done.stdout + done.stderr
