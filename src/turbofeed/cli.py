@@ -160,7 +160,7 @@ def _transform_for(pipeline: str, size: int):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
+    from ._deps import tqdm
 
     import turbofeed
 

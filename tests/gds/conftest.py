@@ -67,6 +67,22 @@ def make_client(s3_server):
         client.close()
 
 
+@pytest.fixture
+def make_file_client():
+    """``make_file_client(**GDSConfig fields)`` -> a client for local files only (no S3
+    server, so no moto/boto3: the GPU machine has neither), closed after the test."""
+    made: list[GPUDirectClient] = []
+
+    def make(**config) -> GPUDirectClient:
+        client = GPUDirectClient(config=GDSConfig(**config))
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
 def payload(size: int, seed: int = 0) -> np.ndarray:
     """``size`` random bytes: a misplaced chunk cannot go unnoticed."""
     return np.frombuffer(np.random.default_rng(seed).bytes(size), dtype=np.uint8).copy()

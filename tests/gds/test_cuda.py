@@ -1,5 +1,9 @@
 """Real CUDA buffers: torch, CuPy (when installed) and DLPack, through S3 and local files,
-by cuFile/KvikIO (when installed) and by pinned staging. Skipped without a GPU."""
+by cuFile/KvikIO (when installed) and by pinned staging. Skipped without a GPU.
+
+The file tests use a file-only client (``make_file_client``): they need no S3 server, so
+they run where moto and boto3 are missing (the GPU machine); only the object round trip
+needs the server."""
 
 from __future__ import annotations
 
@@ -23,8 +27,8 @@ def _config(method: str) -> dict:
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("size", SIZES)
-def test_file_round_trip(make_client, helpers, tmp_path, method, size):
-    client = make_client(**_config(method))
+def test_file_round_trip(make_file_client, helpers, tmp_path, method, size):
+    client = make_file_client(**_config(method))
     data = helpers.payload(size, seed=size)
     src = torch.from_numpy(data).cuda()
     assert client.file_method(src) == method
@@ -50,9 +54,9 @@ def test_object_round_trip(make_client, helpers, size):
         assert client.stats()["staging"]["pinned"] is True
 
 
-def test_reads_wait_for_the_callers_stream(make_client, helpers, tmp_path):
+def test_reads_wait_for_the_callers_stream(make_file_client, helpers, tmp_path):
     """Work queued on the caller's stream before a read must not overwrite what was read."""
-    client = make_client(**_config("staged"))
+    client = make_file_client(**_config("staged"))
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(256)) * 4096)
     dst = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
@@ -65,8 +69,8 @@ def test_reads_wait_for_the_callers_stream(make_client, helpers, tmp_path):
     assert torch.equal(dst.cpu(), torch.from_numpy(np.frombuffer(path.read_bytes(), np.uint8)))
 
 
-def test_other_dtypes_and_shapes(make_client, helpers, tmp_path):
-    client = make_client(**_config(METHODS[-1]))
+def test_other_dtypes_and_shapes(make_file_client, helpers, tmp_path):
+    client = make_file_client(**_config(METHODS[-1]))
     src = torch.randn(33, 17, device="cuda")
     client.write_file_from_gpu(tmp_path / "x.bin", src)
     dst = torch.empty_like(src)
@@ -74,9 +78,9 @@ def test_other_dtypes_and_shapes(make_client, helpers, tmp_path):
     assert torch.equal(src, dst)
 
 
-def test_cupy_and_dlpack(make_client, helpers, tmp_path):
+def test_cupy_and_dlpack(make_file_client, helpers, tmp_path):
     cupy = pytest.importorskip("cupy")
-    client = make_client(**_config(METHODS[-1]))
+    client = make_file_client(**_config(METHODS[-1]))
     src = cupy.arange(1000, dtype=cupy.float32)
     client.write_file_from_gpu(tmp_path / "c.bin", src)
     dst = cupy.zeros(1000, dtype=cupy.float32)
@@ -97,15 +101,15 @@ def test_cupy_and_dlpack(make_client, helpers, tmp_path):
     assert bool((dst2 == src).all())
 
 
-def test_buffer_checks_on_device(make_client, helpers, tmp_path):
-    client = make_client(**_config("staged"))
+def test_buffer_checks_on_device(make_file_client, helpers, tmp_path):
+    client = make_file_client(**_config("staged"))
     (tmp_path / "f.bin").write_bytes(bytes(5000))
     with pytest.raises(BufferTooSmallError, match=r"5000 bytes to read, but the buffer \(torch.Tensor uint8 cuda:"):
         client.read_file_to_gpu(tmp_path / "f.bin", torch.empty(4096, dtype=torch.uint8, device="cuda"))
     with pytest.raises(GDSError, match="contiguous"):
         as_buffer(torch.empty(8, 8, device="cuda").t(), writable=True)
     assert isinstance(as_buffer(torch.empty(3, device="cuda"), writable=True), DeviceBuffer)
-    wrong = make_client(device_ids=[torch.cuda.device_count()], **_config("staged"))
+    wrong = make_file_client(device_ids=[torch.cuda.device_count()], **_config("staged"))
     with pytest.raises(GDSError, match="but the GDS config allows devices"):
         wrong.read_file_to_gpu(tmp_path / "f.bin", torch.empty(5000, dtype=torch.uint8, device="cuda"))
 

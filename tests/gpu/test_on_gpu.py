@@ -32,6 +32,31 @@ def test_batched_nvjpeg_matches_libjpeg_turbo(shard_paths):
         assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < 1.5
 
 
+def test_empty_and_rubbish_data_come_back_none_and_the_rest_decode(shard_paths):
+    """Zero bytes must not reach torch.frombuffer (it raises), rubbish must not lose the batch."""
+    with tarfile.open(shard_paths[0]) as tar:
+        good = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")][:2]
+    out = GpuDecoder("cuda").decode([good[0], b"", b"not a jpeg", good[1]])
+    assert out[1] is None and out[2] is None
+    assert out[0] is not None and out[3] is not None and out[0].is_cuda
+
+
+@pytest.mark.parametrize("backend", ["torchvision", "nvimgcodec"])
+def test_each_installed_backend_starts_and_decodes(shard_paths, backend):
+    """nvImageCodec 0.7+ renamed ColorSpec.RGB to SRGB: the backend must still start."""
+    if find_backend(backend)[0] is None:
+        pytest.skip(f"{backend}: {find_backend(backend)[1]}")
+    with tarfile.open(shard_paths[0]) as tar:
+        datas = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")][:4]
+    decoder = GpuDecoder("cuda", backend=backend)
+    assert decoder.backend == backend
+    images = decoder.decode(datas)
+    for data, image in zip(datas, images):
+        ref = decode(data).transpose(2, 0, 1)
+        assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
+        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < 1.5
+
+
 def test_cmyk_is_decoded_on_the_cpu(odd_images, tmp_path, tar_writer):
     path = tar_writer(str(tmp_path / "c.tar"), [("a.jpg", odd_images["cmyk"]), ("b.jpg", odd_images["rgb"])])
     loader = turbofeed.DataLoader(path, batch_size=2, gpu_decode=True, transform=T.imagenet_eval(32))

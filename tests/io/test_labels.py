@@ -102,3 +102,51 @@ def test_image_folder_keeps_class_names_and_takes_explicit_classes(tmp_path, cap
     with pytest.raises(turbofeed.DatasetError, match=r"not among the 2 classes given: \['ant'\]"):
         Dataset(train, classes=["bee", "cow"])
     loader.close()
+
+
+@pytest.mark.parametrize("label,ok", [("0", True), ("2", True), ("3", False), ("-1", False), ("7", False)])
+def test_an_integer_label_must_be_an_id_of_the_classes_given(tmp_path, label, ok):
+    """With ``classes`` of 3 names the integer ids are 0, 1 and 2: ``len(classes)`` and a
+    negative integer are named as not among them, never taken as a class or as "no label"."""
+    path = _named(tmp_path / "s.tar", ["1", label], ext="cls")
+    if ok:
+        assert Dataset(path, classes=["a", "b", "c"]).labels.tolist() == [1, int(label)]
+    else:
+        with pytest.raises(turbofeed.DatasetError,
+                           match=rf"not among the 3 classes given: integer label {label} \(.*s\.tar/0001\)"):
+            Dataset(path, classes=["a", "b", "c"])
+
+
+@pytest.mark.parametrize("folder_first", [True, False], ids=["folder-then-shard", "shard-then-folder"])
+def test_an_image_folder_beside_integer_labels_names_both(tmp_path, folder_first):
+    """An ImageFolder tree's ids are positions in its class folders' names: beside a shard
+    of integer labels they would collide. The error names the integer shard's first sample
+    as the integers and the tree as the class names, whichever comes first."""
+    tree = _folder(tmp_path / "train", ["ant", "bee"])
+    ints = _named(tmp_path / "ints.tar", ["1", "0"], ext="cls")
+    sources = [tree, ints] if folder_first else [ints, tree]
+    with pytest.raises(turbofeed.DatasetError) as info:
+        Dataset(sources)
+    message = str(info.value)
+    assert f"integer labels (1 in {ints}/0000)" in message, message
+    assert f"class names (class folders of {tree})" in message, message
+    assert Dataset(sources, classes=["ant", "bee"]).labels.tolist() == \
+        ([0, 0, 1, 1, 1, 0] if folder_first else [1, 0, 0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("folder_first", [True, False], ids=["folder-then-shard", "shard-then-folder"])
+def test_an_image_folder_beside_named_labels_numbers_them_by_its_folders(tmp_path, folder_first, caplog):
+    """Names that are the tree's class folders take the tree's ids; a name the tree lacks
+    is an error naming that sample and the tree (not the first name, which it has)."""
+    tree = _folder(tmp_path / "train", ["ant", "bee", "cow"])
+    names = _named(tmp_path / "names.tar", ["cow", "ant"])
+    sources = [tree, names] if folder_first else [names, tree]
+    ds = Dataset(sources)
+    assert ds.class_names == ["ant", "bee", "cow"]
+    assert ds.labels.tolist() == ([0, 0, 1, 1, 2, 2, 2, 0] if folder_first else [2, 0, 0, 0, 1, 1, 2, 2])
+    stray = _named(tmp_path / "stray.tar", ["bee", "emu"])
+    with pytest.raises(turbofeed.DatasetError) as info:
+        Dataset([tree, stray] if folder_first else [stray, tree])
+    message = str(info.value)
+    assert f"class names ('emu' in {stray}/0001) are not among the class folders of {tree}" in message, message
+    assert "integer labels" not in message and "'bee'" not in message, message

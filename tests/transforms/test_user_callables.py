@@ -1,6 +1,6 @@
 """User callables after turbofeed's fused ops: they run per sample in the worker threads
 on the fused decode's output, on the native (JPEG) and the general (PNG) decode paths;
-one that raises is a bad sample; ``batch_transform`` runs once per delivered batch."""
+``batch_transform`` runs once per delivered batch. (One that raises: tests/test_user_code.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from PIL import Image
 import turbofeed
 from builders import small_jpeg, write_tar
 from turbofeed import transforms as T
-from turbofeed.errors import SampleError
 
 
 def invert(x: torch.Tensor) -> torch.Tensor:
@@ -86,23 +85,6 @@ def test_outputs_of_different_shapes_come_as_a_list(jpeg_and_png_shards):
                                                     transform=ragged)))
     assert isinstance(images, list) and len(images) == len(labels) == 8
     assert len({tuple(i.shape) for i in images}) > 1
-
-
-def test_a_callable_that_raises_is_a_bad_sample_named_by_key(jpeg_and_png_shards):
-    def picky(x: torch.Tensor) -> torch.Tensor:
-        if int(x[0, 0, 0]) % 3 == 0:
-            raise RuntimeError("no thanks")
-        return x
-
-    transform = T.Compose([T.CenterCrop(16), picky])
-    loader = turbofeed.DataLoader(jpeg_and_png_shards["jpg"], batch_size=8, num_workers=2, transform=transform)
-    batches = list(loader)
-    assert [len(y) for _, y in batches] == [8, 8, 8]  # replaced: same shapes and steps
-    assert loader.stats.errors.get("augment", 0) >= 1 and loader.stats.replaced >= 1
-    strict = turbofeed.DataLoader(jpeg_and_png_shards["jpg"], batch_size=8, num_workers=2, transform=transform,
-                                  on_error="raise")
-    with pytest.raises(SampleError, match=r"augment: .*jpg\.tar/jpg\d{3}: .*picky raised RuntimeError: no thanks"):
-        list(strict)
 
 
 def test_batch_transform_runs_once_per_batch_on_the_delivered_batch(jpeg_and_png_shards):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import simplejpeg
 from PIL import Image
 
+from .._deps import simplejpeg
 from ..errors import ImageTooLarge
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
 from .probe import is_jpeg

@@ -2,8 +2,9 @@
 
 Backends, in order of preference when ``backend="auto"``:
 
-- ``nvimgcodec``: NVIDIA nvImageCodec (``pip install nvidia-nvimgcodec-cu12[nvjpeg]``),
-  batched, uses the hardware JPEG engines of A100/H100 where present.
+- ``nvimgcodec``: NVIDIA nvImageCodec (``pip install nvidia-nvimgcodec-cu13[nvjpeg]``; CUDA 12:
+  ``-cu12``), batched, uses the hardware JPEG engines of A100/H100 where present. One that
+  fails to start (e.g. an API this code does not know) is passed over for torchvision.
 - ``torchvision``: ``torchvision.io.decode_jpeg(list, device="cuda")``, batched nvJPEG.
 
 Images a backend rejects (CMYK, unusual sampling, corrupt data) come back as None so
@@ -18,8 +19,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-import simplejpeg
-
+from .._deps import simplejpeg
 from .limits import exceeds, max_pixels
 
 BACKENDS = ("nvimgcodec", "torchvision")
@@ -48,7 +48,8 @@ def find_backend(preferred: str = "auto") -> tuple[str | None, str]:
         if found:
             return name, f"{name} on {torch.cuda.get_device_name()}"
         missing.append(name)
-    return None, f"none of {missing} is installed (pip install nvidia-nvimgcodec-cu12[nvjpeg])"
+    return None, (f"none of {missing} is installed (pip install torchvision, or nvidia-nvimgcodec-cu13[nvjpeg]; "
+                  "CUDA 12: -cu12)")
 
 
 class GpuDecoder:
@@ -74,18 +75,30 @@ class GpuDecoder:
         self.description = reason
         self.max_pixels = max_pixels()  # read once, checked per image in decode()
         if name == "nvimgcodec":
-            from nvidia import nvimgcodec
-
-            self._nvimgcodec = nvimgcodec
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
-            # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
             try:
-                self._decoder = nvimgcodec.Decoder(device_id=index, options=":fancy_upsampling=1")
-            except TypeError:  # releases without decoder options
-                self._decoder = nvimgcodec.Decoder(device_id=index)
-            self._params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.RGB,
-                                                   apply_exif_orientation=False)
+                self._open_nvimgcodec()
+            except Exception as exc:  # a release whose API differs: say so, use torchvision
+                why = f"nvImageCodec does not start ({type(exc).__name__}: {exc})"
+                if backend != "auto" or find_backend("torchvision")[0] is None:
+                    raise GpuDecodeUnavailable(why) from exc
+                self.backend = "torchvision"
+                self.description = f"{find_backend('torchvision')[1]}; {why}"
+
+    def _open_nvimgcodec(self) -> None:
+        from nvidia import nvimgcodec
+
+        torch = self.torch
+        self._nvimgcodec = nvimgcodec
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
+        # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
+        try:
+            self._decoder = nvimgcodec.Decoder(device_id=index, options=":fancy_upsampling=1")
+        except TypeError:  # releases without decoder options
+            self._decoder = nvimgcodec.Decoder(device_id=index)
+        # RGB was renamed SRGB in nvImageCodec 0.7 (0.9 has only SRGB).
+        spec = nvimgcodec.ColorSpec.SRGB if hasattr(nvimgcodec.ColorSpec, "SRGB") else nvimgcodec.ColorSpec.RGB
+        self._params = nvimgcodec.DecodeParams(color_spec=spec, apply_exif_orientation=False)
 
     def decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         """One batched decode; returns a (3, H, W) uint8 tensor per input, None where rejected
@@ -137,17 +150,25 @@ class GpuDecoder:
         torch = self.torch
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+        # Empty data goes nowhere near torch: frombuffer raises on 0 bytes (a ValueError that
+        # would escape the bad-sample policy) and nvJPEG would fail the whole batch.
+        keep = [i for i, d in enumerate(datas) if len(d)]
+        out: list[Any | None] = [None] * len(datas)
+        if not keep:
+            return out
+        encoded = [torch.frombuffer(bytearray(datas[i]), dtype=torch.uint8) for i in keep]
         try:
-            return list(decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device))
+            images = list(decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device))
         except Exception:  # one bad image fails the batch: find it, keep the rest
-            out = []
+            images = []
             for e in encoded:
                 try:
-                    out.append(decode_jpeg(e, mode=ImageReadMode.RGB, device=self.device))
+                    images.append(decode_jpeg(e, mode=ImageReadMode.RGB, device=self.device))
                 except Exception:
-                    out.append(None)
-            return out
+                    images.append(None)
+        for i, image in zip(keep, images):
+            out[i] = image
+        return out
 
 
 def open_decoder(gpu_decode: Any, device: Any = "cuda") -> tuple[Any | None, str]:

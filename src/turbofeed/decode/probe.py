@@ -6,8 +6,9 @@ import io
 from dataclasses import dataclass
 
 import numpy as np
-import simplejpeg
 from PIL import Image
+
+from .._deps import simplejpeg
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
                  decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
-                 callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None) -> DecodeStage:
+                 callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None,
+                 user_errors: str = "raise") -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
@@ -98,21 +99,26 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     and with ``fields`` (general samples; ``work`` reads the image field's member), the
     stage above for the ``image`` field (none without one) plus the other fields, decoded
     by type in the same thread (:class:`~turbofeed.engine.fields.WithFields`).
+
+    ``user_errors``: what an exception from a transform callable or ``map`` becomes
+    (:mod:`turbofeed.engine.usercode`).
     """
     transform: Compose | None = work.transform
     if fields is not None:
-        reader = FieldReader(work, fields)
+        reader = FieldReader(work, fields, user_errors=user_errors)
         if fields.image() is None:
             return WithFields(NoImage(batch_size), reader, batch_size)
         inner = decode_stage(work, plan, policy, batch_size=batch_size, decoder=decoder, hybrid=hybrid, pool=pool,
-                             channels_last=channels_last, shape=shape, fetch_only=fetch_only, callables=callables)
+                             channels_last=channels_last, shape=shape, fetch_only=fetch_only, callables=callables,
+                             user_errors=user_errors)
         return WithFields(inner, reader, batch_size)
     if fetch_only is not None:
         return fetch_stage(work, batch_size, fetch_only)
     if callables:
         from .augment import augment_stage  # imports torch
 
-        return augment_stage(work, batch_size, callables)
+        first = 0 if transform is None else len(transform.ops)  # ``work`` has the fused ops alone
+        return augment_stage(work, batch_size, callables, first=first, user_errors=user_errors)
     if decoder is not None:
         from .decode_gpu import GpuDecode
 

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.fields import decode_field
+from ..errors import StorageError, UserCodeError
 from ..io import pick_member
 from ..io.table import IMAGE_EXTENSIONS
 from ..transforms import nearest
 from .stages import DecodeStage, StageInfo
+from .usercode import name_of, raised, returned
 from .work import SampleWork
 
 if TYPE_CHECKING:
@@ -140,8 +142,9 @@ class FieldReader:
     the ``paired`` ones (masks, depth maps) get the image's crop window and flip,
     nearest-neighbour (:func:`turbofeed.transforms.nearest`); then ``map``."""
 
-    def __init__(self, work: SampleWork, options: FieldOptions) -> None:
+    def __init__(self, work: SampleWork, options: FieldOptions, *, user_errors: str = "raise") -> None:
         self.work = work
+        self.user_errors = user_errors  # what an exception from ``map`` becomes (engine.usercode)
         self.specs = [s for s in options.specs if s.name != IMAGE]
         self.decoders = options.decoders
         self.paired = options.paired
@@ -163,6 +166,8 @@ class FieldReader:
                     f"{', '.join(present) or 'no members'})"))
             try:
                 data = dataset.read_member(gid, ext)
+            except StorageError:  # not bad data: past the policy
+                raise
             except Exception as exc:
                 raise self.work.error(gid, "fetch", exc) from exc
             try:
@@ -184,15 +189,21 @@ class FieldReader:
 
     def _mapped(self, gid: int, fields: dict[str, Any]) -> dict[str, Any]:
         url, key = self.work.dataset.describe(gid)
+        name = name_of("map", self.map)  # type: ignore[arg-type]
         try:
             out = self.map({**fields, "__key__": key, "__url__": url})  # type: ignore[misc]
-            if not isinstance(out, dict):
-                raise TypeError(f"it returned {type(out).__name__}, not a dict")
         except Exception as exc:
-            name = getattr(self.map, "__qualname__", repr(self.map))
-            raise self.work.error(gid, "augment", ValueError(f"map {name}: {exc}")) from exc
+            raise self._user_error(gid, raised(name, exc, url, key)) from exc
+        if not isinstance(out, dict):
+            raise self._user_error(gid, returned(name, out, "a dict", url, key))
         return {k: v for k, v in out.items() if k not in ("__key__", "__url__", IMAGE)}
 
+
+    def _user_error(self, gid: int, error: UserCodeError) -> Exception:
+        """``error``, or under ``user_errors="bad_sample"`` a bad sample saying the same."""
+        if self.user_errors == "bad_sample":
+            return self.work.error(gid, "augment", ValueError(f"{error.callable_name}: {error.reason}"))
+        return error
 
     def _paired(self, gid: int, name: str, value: Any) -> np.ndarray:
         found = self.work.last_window(gid)  # the image was decoded just before, in this thread

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, StorageError
 from ..plan import EpochDraw, EpochPlan, StreamLayout
 
 if TYPE_CHECKING:
@@ -35,13 +35,18 @@ LOCAL_BLOCK_BYTES = 4 << 30
 
 
 def shard_bytes(dataset: Dataset) -> np.ndarray:
-    """Bytes of each source: an ``s3://`` object's size, a local file's size as it was
-    indexed (its declared ``file``), else the sum of its samples' sizes."""
+    """Bytes of each source: a compressed shard's decompressed copy (what the node cache
+    holds of it), an ``s3://`` object's size, a local file's size as it was indexed (its
+    declared ``file``), else the sum of its samples' sizes."""
+    from ..io.local.tar import TarSource
     from ..io.s3.shards import S3TarSource
 
     sizes = []
     for src in dataset.sources:
-        if isinstance(src, S3TarSource):
+        plain = src.plain if isinstance(src, (TarSource, S3TarSource)) else None
+        if plain is not None and plain.size is not None:
+            sizes.append(int(plain.size))
+        elif isinstance(src, S3TarSource):
             sizes.append(int(src.info.size))
         elif src.file is not None:
             sizes.append(int(src.file.id.size))
@@ -57,15 +62,27 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
     ``streaming=None`` streams exactly when the ``s3://`` shards do not fit the node cache
     but two of the largest do (logged). The blocks hold half the cache per stream a node
     reads, so the block being read and the next one fit together.
+
+    Raises:
+        StorageError: ``streaming=True`` with ``s3://`` shards that do not fit the node
+            cache, which cannot hold two of the largest (the message names it and the
+            bound needed): blocks could not be held, and every shard would wait for room.
     """
     nbytes = shard_bytes(dataset)
     cache = None if dataset.s3 is None else dataset.s3.cache.max_bytes
     too_small = cache is not None and len(nbytes) > 0 and cache < 2 * int(nbytes.max())
     if too_small and streaming is not False and int(nbytes.sum()) > cache:  # type: ignore[operator]
+        largest = int(nbytes.argmax())
+        need = 2 * int(nbytes[largest])
+        if streaming:
+            raise StorageError(dataset.sources[largest].path, (
+                f"streaming=True needs a node cache of at least twice the largest shard (2 x {need // 2} = "
+                f"{need} bytes: the block being read and the next one), but its bound is {cache} bytes; "
+                f"raise it (S3Config(cache_max_bytes={need}) or TURBOFEED_S3_CACHE_SIZE={-(-need >> 20)}M), "
+                "or leave streaming=None to read the samples with ranged GETs"))
         log.warning("turbofeed: the node cache (%d bytes) cannot hold two of the largest s3:// shards "
-                    "(%d bytes each)%s; raise S3Config.cache_max_bytes to stream them", cache,
-                    int(nbytes.max()), ": they are read sample by sample with ranged GETs"
-                    if streaming is None else ": those it has no room for are read with ranged GETs")
+                    "(%d bytes each): they are read sample by sample with ranged GETs; raise "
+                    "S3Config.cache_max_bytes to at least %d bytes to stream them", cache, need // 2, need)
     if streaming is None:
         streaming = cache is not None and int(nbytes.sum()) > cache and not too_small
         if streaming:

@@ -12,7 +12,7 @@ from typing import Literal, overload
 import numpy as np
 
 from ..decode import decode, is_jpeg, max_pixels, native, probe
-from ..errors import ImageTooLarge, SampleError
+from ..errors import ImageTooLarge, SampleError, StorageError
 from ..io import Dataset, pick_member
 from ..transforms import Compose, Window, resample, write_slot
 from .slots import Slot
@@ -32,8 +32,9 @@ class Decoded:
 
 
 class SampleWork:
-    """Loads samples of ``dataset`` for one epoch; every failure becomes a :class:`SampleError`
-    naming shard, key and stage. Thread-safe: holds no per-sample state.
+    """Loads samples of ``dataset`` for one epoch; every failure of the data becomes a
+    :class:`SampleError` naming shard, key and stage (a :class:`StorageError` from the
+    source passes as it is). Thread-safe: holds no per-sample state.
 
     The random crop and flip of a sample come from ``(seed, epoch, sample id)``, so they
     do not depend on which thread runs it, and a resumed run sees the same pixels.
@@ -74,7 +75,7 @@ class SampleWork:
                     raise LookupError(f"no {ext} member any more")
             else:
                 data = self.dataset.view(gid) if view else self.dataset.read(gid)
-        except SampleError:
+        except (SampleError, StorageError):  # a storage fault is not bad data: past the policy
             raise
         except Exception as exc:
             raise self.error(gid, "fetch", exc) from exc

@@ -159,7 +159,8 @@ class FileIO:
         with kvikio.CuFile(path, flags) as f:
             def chunk(pos: int, k: int) -> None:
                 view = buf.cuda_view(pos, k)
-                done = f.raw_read(view, k, offset + pos) if flags == "r" else f.raw_write(view, k, offset + pos)
+                with buf.current_context():  # workers may have no CUDA context of their own
+                    done = f.raw_read(view, k, offset + pos) if flags == "r" else f.raw_write(view, k, offset + pos)
                 if done != k:
                     verb = "read" if flags == "r" else "wrote"
                     raise GDSError(f"{path}: cuFile {verb} {done} of {k} bytes at offset {offset + pos}")

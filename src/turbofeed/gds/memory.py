@@ -20,8 +20,10 @@ read into a copy would be lost.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -92,6 +94,19 @@ class DeviceBuffer:
         which is not stream-ordered)."""
         if self._ready is not None:
             self._ready.synchronize()
+
+    @contextlib.contextmanager
+    def current_context(self) -> Iterator[None]:
+        """Make the buffer's device (its CUDA primary context) current in this thread for the
+        block. KvikIO's ``raw_read``/``raw_write`` use the calling thread's current context and
+        push none; a transfer worker that never made a CUDA call has none, and the call fails
+        with CUDA_ERROR_INVALID_CONTEXT. A runtime call (a stream query) binds it; ``device()``
+        alone does not when the index is already the thread's default."""
+        import torch
+
+        with torch.cuda.device(self.device_index):
+            torch.cuda.current_stream(self.device_index).query()
+            yield
 
     def _stream(self):
         import torch

@@ -95,6 +95,14 @@ class StrColumn(_Column):
             yield str(blob[start:end], "utf-8", "surrogateescape")
             start = end
 
+    def encoded(self) -> tuple[np.ndarray, memoryview]:
+        """``(lengths, bytes)``: the byte length of every string (int64) and their bytes end
+        to end, as :func:`turbofeed.io.fingerprint.encoded_strings` gives for a list."""
+        ends = np.asarray(self._ends, dtype=np.int64)
+        if not self._n:
+            return ends, self._blob[0:0]
+        return np.diff(ends, prepend=self._first), self._blob[self._first:int(ends[-1])]
+
 
 class JoinedColumn(_Column):
     """``keys[i] + "." + suffixes[ids[i]]``: image member names from their keys and the

@@ -9,18 +9,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm.auto import tqdm
+from .._deps import tqdm
 
 from ..engine.executor import Executor, result_or_closed
 from ..errors import DatasetError
 from .arrays.common import parse_options
 from .dsindex.find import find_index
+from .fingerprint import data_print
 from .labels import label_ids
 from .paths import PathSpec
 from .registry import Opener, resolve
 from .source import Source
 
 if TYPE_CHECKING:
+    from ..plan.resume import DataPrint
     from .dsindex.load import DatasetIndex
     from .s3.config import S3Config
     from .s3.shards import S3Shards
@@ -123,6 +125,7 @@ class Dataset:
             self.labels, self.class_names = label_ids(self.sources, self.classes)
         else:
             self.labels, self.class_names = np.full(self.num_samples, -1, np.int64), None
+        self._print: DataPrint | None = None  # computed when first asked
 
     def refresh(self) -> list[str]:
         """Re-index every source whose file changed on disk since it was indexed (replaced
@@ -190,6 +193,13 @@ class Dataset:
         paths, so per-node copies at different paths resume alike."""
         return {"sources": [[os.path.basename(os.path.normpath(s.path)), len(s.table)]
                             for s in self.sources]}
+
+    def content_print(self) -> DataPrint:
+        """What the data holds, for resume states (:func:`turbofeed.io.fingerprint.data_print`):
+        computed once, again after a :meth:`refresh` changed a source."""
+        if self._print is None:
+            self._print = data_print(self.sources, self.starts, self.labels)
+        return self._print
 
     def storage_stats(self) -> dict | None:
         """Requests, retries and cache hits of the ``s3://`` shards (None without any)."""

@@ -37,8 +37,9 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
 
     Raises:
         DatasetError: a name not in ``classes``, an integer outside ``range(len(classes))``,
-            integers mixed with names without ``classes``, or ImageFolder roots whose class
-            folders differ (each names the shard and sample, or the roots).
+            integers mixed with names (or with an ImageFolder tree) without ``classes``,
+            names beside an ImageFolder tree that its class folders lack, or ImageFolder
+            roots whose class folders differ (each names the shard and sample, or the roots).
     """
     parts = [label_arrays(s.table.labels) for s in sources]
     # sources whose labels are ids into their own class names already (ImageFolder trees)
@@ -60,7 +61,7 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
             raise DatasetError(f"ImageFolder roots with different class folders ({shown}) would give "
                                "one id to different classes; pass classes=[...] to fix the ids")
         if numbers or not set(names) <= set(folders[0][1]):
-            _mixed(sources, parts)
+            _mixed(sources, parts, set(folders[0][1]))
         names = list(folders[0][1])
     elif names and numbers:
         _mixed(sources, parts)
@@ -133,16 +134,29 @@ def _check_known(sources: Sequence[Source], parts: Sequence[LabelArrays], ids: d
                            "add them to classes=[...] or remove those samples")
 
 
-def _mixed(sources: Sequence[Source], parts: Sequence[LabelArrays]) -> None:
-    number = name = None
+def _mixed(sources: Sequence[Source], parts: Sequence[LabelArrays],
+           folder_classes: set[str] | None = None) -> None:
+    """Raise for labels that cannot share one numbering without ``classes``: integers
+    beside class names (an ImageFolder tree's labels are its class folders' names), or
+    names the tree's class folders lack. Names the first such sample of each role."""
+    number = name = folder = None
     for s, p in zip(sources, parts):
-        if name is None and (p.kind == NAME).any():
-            i = int(np.flatnonzero(p.kind == NAME)[0])
+        if s.classes:
+            folder = folder or f"class folders of {s.path}"
+            continue
+        named = np.flatnonzero(p.kind == NAME)
+        if folder_classes is not None:  # only the names the tree does not have
+            lacking = np.array([n not in folder_classes for n in p.names], dtype=bool)
+            named = named[lacking[p.value[named]]]
+        if name is None and len(named):
+            i = int(named[0])
             name = f"{p.names[int(p.value[i])]!r} in {s.path}/{s.table.keys[i]}"
         if number is None and (p.kind == INT).any():
             i = int(np.flatnonzero(p.kind == INT)[0])
-            number = f"{int(p.value[i])} in {s.path}/{s.table.keys[i]}" if s.classes is None else \
-                f"class folders of {s.path}"
-    raise DatasetError(f"the data mixes integer labels ({number}) and class names ({name}): a name's "
-                       "sorted position could be another class's integer; pass classes=[...] to say "
+            number = f"{int(p.value[i])} in {s.path}/{s.table.keys[i]}"
+    if number is None:
+        raise DatasetError(f"class names ({name}) are not among the {folder}: pass classes=[...] to say "
+                           "which id each name has")
+    raise DatasetError(f"the data mixes integer labels ({number}) and class names ({name or folder}): a "
+                       "name's sorted position could be another class's integer; pass classes=[...] to say "
                        "which id each name has")

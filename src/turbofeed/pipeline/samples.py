@@ -16,6 +16,7 @@ from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
 from ..engine.stages import StageInfo
 from ..engine.stream import Job
+from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
@@ -134,6 +135,9 @@ class Pipeline:
             :class:`turbofeed.DataLoader`).
         fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
+        user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
+            a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
+            the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).
 
     Example::
 
@@ -157,7 +161,8 @@ class Pipeline:
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
-                 map: Callable[[dict], dict] | None = None) -> None:
+                 map: Callable[[dict], dict] | None = None, user_errors: str = "raise") -> None:
+        self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
@@ -221,7 +226,8 @@ class Pipeline:
             return sample
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
-                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields)
+                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields,
+                              user_errors=self.user_errors)
         then = []
         if self.decoder is not None or self.fields is not None:
             gpu, has_fields = self.decoder is not None, self.fields is not None
@@ -251,6 +257,8 @@ class Pipeline:
 
         Raises:
             SampleError: a bad sample under ``on_error="raise"``.
+            UserCodeError: ``map`` raised (the threads are stopped; the epoch ends there,
+                as after a ``SampleError``).
         """
         if self._engine is None:
             self.start()

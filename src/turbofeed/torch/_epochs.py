@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ..plan import check_state, make_state
+from ..plan import check_data, check_state, make_state
 
 if TYPE_CHECKING:
     from ..io import Dataset
@@ -94,7 +94,8 @@ class EpochBook:
         """
         return make_state(epoch=self._epoch, samples_done=self.samples_done,
                           batches_done=self._batches_base + self._batches_done, seed=self.seed,
-                          world_size=self.world_size, plan=self._fingerprint, **self._stream_state())
+                          world_size=self.world_size, plan=self._fingerprint, data=self.dataset.content_print(),
+                          **self._stream_state())
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
@@ -107,11 +108,18 @@ class EpochBook:
         pass of this loader is superseded. Without a later ``set_epoch``, the pass after
         the resumed one runs the epoch after the state's.
 
+        The state is bound to the data it was saved on (its ``data`` fingerprint: shard
+        names, sample keys, member names and sizes, labels; not paths, so a copy of the
+        data elsewhere resumes). A state of an earlier turbofeed without one loads with a
+        warning.
+
         Raises:
-            ValueError: naming the field that does not match (version, seed, or ``plan``
-                when the dataset, shuffle or drop_last changed).
+            ValueError: the state was saved on other data (naming the shard that
+                differs), or naming the field that does not match (version, seed, or
+                ``plan`` when shuffle, drop_last or the mixing options changed).
             RuntimeError: another thread is iterating this loader.
         """
+        check_data(state, self.dataset.content_print())
         check_state(state, seed=self.seed, plan=self._fingerprint)
         self._adopt_stream_state(state)
         if state["world_size"] != self.world_size:

@@ -20,6 +20,7 @@ from ..engine.run import BatchStage, Engine
 from ..engine.slots import Slot
 from ..engine.stages import HostBatch, StageInfo, chw_with_label
 from ..engine.stream import Job
+from ..engine.usercode import name_of, raised, returned
 from ..engine.work import SampleWork
 from .collate import collate, field_batch
 from .device import CudaDelivery, apply_output
@@ -73,7 +74,8 @@ class _LoaderIterator:
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
-                              shape=chw_with_label, callables=callables, fields=loader.fields)
+                              shape=chw_with_label, callables=callables, fields=loader.fields,
+                              user_errors=loader.user_errors)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
@@ -221,15 +223,18 @@ class _BatchTransform:
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
+        self.name = name_of("batch_transform", fn)
 
     def __call__(self, job: Job, value: Any) -> Any:
-        if isinstance(value, dict):  # general samples: the whole dict batch in, one out
-            return self.fn(value)
-        images, labels = value
-        out = self.fn(images, labels)
-        if isinstance(out, tuple) and len(out) == 2:
-            return out
-        return out, labels
+        try:
+            out = self.fn(value) if isinstance(value, dict) else self.fn(*value)
+        except Exception as exc:  # a bug, not bad data: the pass stops (engine.usercode)
+            raise raised(self.name, exc) from exc
+        if out is None:
+            raise returned(self.name, out, "a batch")
+        if isinstance(value, dict) or (isinstance(out, tuple) and len(out) == 2):
+            return out  # general samples: the whole dict batch in, one out
+        return out, value[1]
 
 
 class _FieldsDeliver:
@@ -247,6 +252,14 @@ class _FieldsDeliver:
         image = None if inner is None else self.images(job, inner)[0]
         described = [self.dataset.describe(int(gid)) for gid in job.ids[job.ok]]
         if self.collate is not None:  # the user's: whole samples in, the batch out
-            return self.collate([{**({} if image is None else {"image": image[i]}), **found, "__key__": key,
-                                  "__url__": url} for i, (found, (url, key)) in enumerate(zip(fields, described))])
+            samples = [{**({} if image is None else {"image": image[i]}), **found, "__key__": key, "__url__": url}
+                       for i, (found, (url, key)) in enumerate(zip(fields, described))]
+            name = name_of("collate", self.collate)
+            try:
+                batch = self.collate(samples)
+            except Exception as exc:  # a bug, not bad data: the pass stops (engine.usercode)
+                raise raised(name, exc) from exc
+            if batch is None:
+                raise returned(name, batch, "a batch")
+            return batch
         return field_batch(self.names, image, fields, described)

@@ -16,6 +16,7 @@ from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
+from ..engine.usercode import check_user_errors
 from ..io import PathSpec, S3Config
 from ..plan import EpochDraw, EpochPlan, StreamLayout, count_batches, make_epoch_plan, plan_fingerprint
 from ..transforms import Compose
@@ -46,7 +47,8 @@ class DataLoader(EpochBook, TorchDropIn):
             after turbofeed's ops (torchvision v2 transforms, functions of a (3, H, W)
             tensor) run per sample in the worker threads on the fused decode's output;
             a batch whose outputs agree in shape and dtype is stacked, else a list. A
-            callable that raises makes a bad sample (``on_error``; stage ``augment``).
+            callable that raises, or returns None or what is not a tensor or an array,
+            stops the pass with :class:`turbofeed.UserCodeError` (see ``user_errors``).
         enable_distributed: split the data across ranks; rank and world size come from
             ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
             MPI variables.
@@ -58,7 +60,15 @@ class DataLoader(EpochBook, TorchDropIn):
         prefetch: batches decoded ahead of the one being consumed.
         on_error: ``"replace"`` (default), ``"skip"`` or ``"raise"``: see
             :class:`turbofeed.pipeline.ErrorPolicy`. With ``"raise"`` a damaged tar
-            also raises at construction.
+            also raises at construction. Bad *data* only: user code errors, storage
+            faults and a resume state from other data always raise.
+        user_errors: ``"raise"`` (default): an exception from your own code (a
+            ``transform`` callable, ``map``, ``collate``, ``batch_transform``), or a
+            None or unbatchable value it returns, stops the pass at once with
+            :class:`turbofeed.UserCodeError` naming the callable, shard and key, raised
+            from your exception. ``"bad_sample"``: a transform callable's or ``map``'s
+            failure on a sample is a bad sample instead (``on_error`` replaces, skips or
+            raises it); ``collate`` and ``batch_transform`` still raise.
         gpu_decode: ``True`` decodes each batch with nvJPEG in one call on ``device``
             (default ``cuda``) and crops/resizes/normalises it there in one batched op;
             threads only read bytes and pick crop windows. Without a GPU or a decoder
@@ -86,7 +96,8 @@ class DataLoader(EpochBook, TorchDropIn):
             With ``fields``: a ``label`` field given by name gets its id.
         batch_transform: ``fn(images, labels)`` run once per delivered batch, on its
             device (Mixup/CutMix, GPU augmentations); returns ``(images, labels)`` or the
-            images alone; with ``fields``, ``fn(batch) -> batch``.
+            images alone; with ``fields``, ``fn(batch) -> batch``. An exception or a None
+            result raises :class:`turbofeed.UserCodeError`.
         fields: general samples: ``{"image": "jpg;png", "caption": "txt", "meta": "json?"}``
             yields dict batches (``image`` through ``transform``, other members decoded
             by type, ``__key__``, ``__url__``; ``?``: optional); see docs/samples.md.
@@ -134,9 +145,10 @@ class DataLoader(EpochBook, TorchDropIn):
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
-                 epoch_size: int | None = None, resample: bool = False) -> None:
+                 epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise") -> None:
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self.collate = collate  # general samples: the user's, instead of the dict batch

@@ -263,14 +263,17 @@ def test_a_flipped_bit_in_a_record_is_a_bad_sample_naming_file_and_record(tmp_pa
     loader.close()
 
 
-def test_damage_after_indexing_is_caught_when_the_record_is_read(tmp_path):
-    """A bit flipped in the image bytes of an open file (the index built before it, the
-    descriptor already open): the read checks the record again."""
+def test_damage_after_indexing_is_caught_when_the_record_is_read(tmp_path, monkeypatch):
+    """A bit flipped in the image bytes of a mapped file after it was indexed and mapped:
+    no file identity check sees a mapped read, the record's CRC does. (With the default
+    ``pread`` a write in place changes the file's ctime: a StorageError; the CRC is what
+    catches bit rot that leaves the file's identity alone.)"""
+    monkeypatch.setenv("TURBOFEED_MMAP", "1")
     path = write(tmp_path / "rot.tfrecord", [imagenet(s, s) for s in range(3)])
     src = TFRecordSource(path, cache_dir=str(tmp_path / "idx"))
     assert src.read(2) == small_jpeg(2) and bytes(src.view(2)) == small_jpeg(2)  # the file is open now
     at = int(src.table.offsets[2]) + int(src.table.sizes[2]) // 2
-    with open(path, "r+b") as f:  # in place: the open descriptor reads the new bytes
+    with open(path, "r+b") as f:  # in place: the mapping shows the new bytes
         f.seek(at)
         byte = f.read(1)
         f.seek(at)

@@ -67,8 +67,8 @@ def test_a_replaced_gzip_shard_is_decompressed_again(tmp_path):
     tmp.write_bytes(gzip.compress(tar_bytes(_samples("e", 4, 5))))
     os.replace(tmp, path)
     assert Dataset(str(path)).labels.tolist() == [5, 5, 5, 5]
-    copies = os.listdir(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "tar-plain"))
-    assert len([c for c in copies if c.endswith(".tar")]) >= 1
+    copies = os.listdir(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3", "objects"))  # the node cache
+    assert len([c for c in copies if c.endswith(".plain.tar")]) >= 1
 
 
 def test_a_corrupt_gzip_shard_names_the_file(tmp_path):

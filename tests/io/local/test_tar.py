@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from turbofeed.errors import DatasetError
+from turbofeed.errors import DatasetError, StorageError
 from turbofeed.io import Dataset, TarSource, load_index
 
 
@@ -256,7 +256,7 @@ def test_shard_files_read_exact_bytes_keep_at_most_max_open_and_close_evicted(tm
     assert bytes(first_view) == bytes(range(8))  # a view of an evicted map stays valid
     del held, first_view
     assert _open_fds() == before
-    with pytest.raises(OSError, match="past the end of the 4096-byte file"):
+    with pytest.raises(StorageError, match="past the end of the 4096-byte file"):
         cache.view(files[0], 100, 4000)
 
 
@@ -265,22 +265,21 @@ def test_loader_batches_are_the_same_with_and_without_mapped_shards(shards, monk
     from turbofeed import transforms as T
 
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=1, transform=T.imagenet_train(48), return_keys=True)
+    copied = [(x.clone(), y.clone(), k) for x, y, k in turbofeed.DataLoader(shards, **kw)]  # the default
+    monkeypatch.setenv("TURBOFEED_MMAP", "1")
     mapped = [(x.clone(), y.clone(), k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
-    monkeypatch.setenv("TURBOFEED_MMAP", "0")
-    copied = [(x.clone(), y.clone(), k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
     assert len(mapped) == len(copied) > 1
     for (a, la, ka), (b, lb, kb) in zip(mapped, copied):
         assert ka == kb and torch.equal(la, lb) and torch.equal(a, b)
 
 
-def test_a_shard_cut_short_during_a_pass_is_a_fetch_error_then_reindexed(tmp_path, shard_paths, monkeypatch):
-    """Cut in the middle of a pass (with plain reads: a mapping would SIGBUS, see
-    io/local/files.py): the samples past the new end fail at fetch and are replaced; the next
+def test_a_shard_cut_short_during_a_pass_is_a_storage_error_then_reindexed(tmp_path, shard_paths):
+    """Cut in the middle of a pass (default plain reads): not bad data, so not skipped even
+    under on_error="skip": the pass stops with a StorageError naming the shard; the next
     pass starts by re-indexing the shard and uses exactly the samples still there."""
     import turbofeed
     from turbofeed import transforms as T
 
-    monkeypatch.setenv("TURBOFEED_MMAP", "0")
     path = str(tmp_path / "cut.tar")
     shutil.copy(shard_paths[0], path)
     loader = turbofeed.DataLoader(path, batch_size=4, num_workers=1, transform=T.imagenet_eval(32),
@@ -290,9 +289,10 @@ def test_a_shard_cut_short_during_a_pass_is_a_fetch_error_then_reindexed(tmp_pat
     seen = len(next(it)[1])
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) // 2)
-    seen += sum(len(y) for _, y in it)
-    assert 0 < seen < total
-    assert loader.stats.errors.get("fetch", 0) == total - seen
+    with pytest.raises(turbofeed.StorageError, match="cut.tar: truncated from"):
+        for _, y in it:
+            seen += len(y)
+    assert 0 < seen < total and not loader.stats.errors
     again = sum(len(y) for _, y in loader)
     assert again == loader.num_samples < total and loader.stats.damaged_shards == [path]
-    assert loader.stats.errors.get("fetch", 0) == total - seen  # no new failures
+    assert not loader.stats.errors

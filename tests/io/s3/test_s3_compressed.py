@@ -1,7 +1,8 @@
 """io.s3.compressed: .tar.gz / .tgz / .tar.bz2 / .tar.xz objects on a real S3-compatible server
 (moto, on 127.0.0.1) are downloaded once, decompressed into a plain copy in the node cache
-and read from it, giving the samples of their plain equivalents; a cache too small for
-the plain copy, and .tar.zst, report the shard."""
+and read from it, giving the samples of their plain equivalents; a plain copy over the
+cache's bound raises StorageError, copies not in use take turns in the cache, .tar.zst is
+reported."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import gc
 import gzip
 import lzma
 import os
+from collections import Counter
 
 import pytest
 from builders import small_jpeg, write_tar
@@ -21,6 +23,7 @@ import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
+from turbofeed.io.s3.cache import ShardCache  # noqa: E402
 from turbofeed.io.s3.client import S3Client  # noqa: E402
 from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
 from turbofeed.io.s3.urls import close_clients  # noqa: E402
@@ -135,32 +138,94 @@ def test_bz2_and_xz_are_read_and_zstd_is_reported(objects, plain, caplog):
         Dataset(f"s3://{BUCKET}/others/f.tar.zst", on_damage="raise")
 
 
-def test_a_cache_too_small_for_the_plain_copy_reports_the_shard(objects, plain, caplog):
+def _cache_files() -> list[tuple[str, int]]:
+    """(name, bytes on disk) of every file under the node cache's objects/ and tmp/."""
+    root = os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3")
+    return [(e.name, e.stat().st_blocks * 512) for sub in ("objects", "tmp")
+            for e in os.scandir(os.path.join(root, sub)) if not e.name.endswith(".lock")]
+
+
+def test_a_plain_copy_over_the_bound_raises_whatever_on_damage_says(objects, plain):
     url = f"{PREFIX}b-packed.tar.gz"
     plain_size = os.path.getsize(plain[1])
     for bound in (plain_size - 1, 1):  # the compressed object fits in the cache; it does not
         configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
-        ds = Dataset([f"{PREFIX}a-plain.tar", url])
-        assert ds.damaged == [url] and len(ds) == PER_SHARD
-        assert f"does not fit in the s3:// node cache (bound {bound} bytes" in caplog.text
-        assert "TURBOFEED_S3_CACHE_SIZE" in caplog.text
+        for on_damage in ("skip", "raise"):
+            with pytest.raises(turbofeed.StorageError, match=rf"b-packed.tar.gz: its decompressed copy is "
+                               rf"over {bound} bytes, the node cache's bound: raise the bound with "
+                               "TURBOFEED_S3_CACHE_SIZE=SIZE"):
+                Dataset([f"{PREFIX}a-plain.tar", url], on_damage=on_damage)  # never dropped
         assert _plain_copies() == []
-        with pytest.raises(DatasetError, match="decompressed copy .* does not fit"):
-            Dataset(url, on_damage="raise")
+        assert sum(size for _, size in _cache_files()) <= bound
     scratch = os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3-indexing")
     assert os.listdir(scratch) == []  # the temporary compressed copies are gone
 
 
-def test_a_plain_copy_in_use_is_never_evicted(objects, plain):
+def test_copies_take_turns_in_a_cache_for_one_and_one_in_use_elsewhere_is_never_evicted(objects, plain):
     gz, tgz = f"{PREFIX}b-packed.tar.gz", f"{PREFIX}c-packed.tgz"
     sizes = [os.path.getsize(p) for p in plain[1:3]]
-    configure(S3Config(retry=FAST_RETRY, cache_max_bytes=sum(sizes) - 1))  # room for one
-    first = Dataset(gz)
-    assert first.damaged == [] and len(_plain_copies()) == 1
-    with pytest.raises(DatasetError, match="no samples found .* 1 damaged"):
-        Dataset(tgz)  # only evicting the pinned copy would make room for this one's
-    assert first.read(3) == Dataset(plain[1]).read(3)
-    first.close()  # unpinned: now it may go
-    second = Dataset(tgz)
-    assert second.damaged == [] and second.read(0) == Dataset(plain[2]).read(0)
-    assert len(_plain_copies()) == 1
+    bound = max(sizes) + min(sizes) // 2  # room for one plain copy, not two
+    configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
+    first, second = Dataset(gz), Dataset(tgz)  # the second's copy evicts the first's (not being read)
+    want = [Dataset(p) for p in plain[1:3]]
+    for i in (3, 7, 0, 19):  # alternately: each read makes its copy again, evicting the other
+        assert first.read(i) == want[0].read(i) and second.read(i) == want[1].read(i)
+        assert len(_plain_copies()) == 1 and sum(size for _, size in _cache_files()) <= bound
+    assert first.sources[0].plain.made >= 4 and second.sources[0].plain.made >= 4
+    first.close()
+    second.close()
+    # a copy pinned by another reader (here: a descriptor from the cache, as another
+    # process holds one) is never evicted: the other shard's copy has no room
+    cache = ShardCache(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3"), bound)
+    (held,) = _plain_copies()
+    fd = cache.open(held)
+    try:
+        other = second if held == first.sources[0].plain.name else first
+        with pytest.raises(turbofeed.StorageError, match="no room for its decompressed copy .* held by copies "
+                           "in use by this or other processes"):
+            other.read(1)
+        assert _plain_copies() == [held]
+    finally:
+        os.close(fd)
+
+
+MANY = f"s3://{BUCKET}/many/"
+
+
+@pytest.fixture(scope="module")
+def many(server, tmp_path_factory) -> dict:
+    """Under s3://tf-packed/many/: 8 .tar.gz shards of 20 samples; their keys and the
+    size of the largest plain tar."""
+    out = tmp_path_factory.mktemp("many")
+    client = S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test"))
+    keys, largest = [], 0
+    for s in range(8):
+        members = _members(10 + s)
+        keys += [name.split(".")[0] for name, _ in members if name.endswith(".jpg")]
+        body = open(write_tar(str(out / f"{s}.tar"), members), "rb").read()
+        largest = max(largest, len(body))
+        client.put(f"{MANY}shard-{s}.tar.gz", gzip.compress(body, mtime=0))
+    client.close()
+    return {"keys": keys, "largest": largest}
+
+
+def test_compressed_shards_larger_together_than_the_cache_stream_every_sample_once(objects, many):
+    bound = 3 * many["largest"]  # the plain copies of 8 shards in room for 3
+    configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
+    loader = turbofeed.DataLoader(MANY, batch_size=8, num_workers=2, shuffle=True, seed=3, streaming=True,
+                                  return_keys=True, on_error="raise",
+                                  transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
+    assert loader.dataset.damaged == [] and len(loader.dataset) == 8 * PER_SHARD  # none dropped
+    assert loader.stream_layout is not None
+    made = [s.plain.made for s in loader.dataset.sources]
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        keys = [k.rsplit("/", 1)[-1] for _, _, batch in loader for k in batch]
+        assert Counter(keys) == Counter(many["keys"])  # every sample exactly once
+        assert sum(size for _, size in _cache_files()) <= bound
+        now = [s.plain.made for s in loader.dataset.sources]
+        assert all(b - a <= 2 for a, b in zip(made, now))  # each decompressed about once an epoch
+        made = now
+    # each copy was let go after its block: other processes of the node may evict them all
+    cache = ShardCache(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3"), bound)
+    assert _plain_copies() and cache.make_room(bound) and _plain_copies() == []

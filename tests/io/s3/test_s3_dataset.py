@@ -205,8 +205,8 @@ def test_server_restart_mid_epoch(server, uploaded, local_epoch):
 
 
 def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
-    """Every request answered 503: after max_attempts the sample fails with its URL and
-    byte range in the message (and the loader's bad-sample policy takes over)."""
+    """Every request answered 503: after max_attempts the read fails with a StorageError
+    naming URL and byte range (not bad data: the loader raises it whatever on_error says)."""
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
     ds = Dataset(uploaded[:1])
     size, offset = int(ds.sources[0].table.sizes[0]), int(ds.sources[0].table.offsets[0])
@@ -216,10 +216,11 @@ def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
                            retry=RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.01)))
         broken = Dataset(uploaded[:1])
         proxy.enabled = True
-        with pytest.raises(RemoteError) as info:
+        with pytest.raises(turbofeed.StorageError) as info:
             broken.read(0)
     message = str(info.value)
-    assert f"{uploaded[0]} bytes {offset}-{offset + size - 1}" in message
+    assert info.value.shard == uploaded[0] and isinstance(info.value.__cause__, RemoteError)
+    assert f"storage: {uploaded[0]}: bytes {offset}-{offset + size - 1}" in message
     assert "gave up after 3 attempts" in message and ("SlowDown" in message or "503" in message)
     assert proxy.counts["slowdown"] == 3
 
@@ -266,10 +267,10 @@ def test_an_object_replaced_after_indexing_fails_clearly(server, uploaded, shard
     assert ds.read(3) == local.read(3)
     with open(shard_paths[1], "rb") as f:
         client.put(url, f.read())
-    with pytest.raises(RemoteError, match=f"{url}: replaced since it was indexed"):
+    with pytest.raises(turbofeed.StorageError, match=f"{url}: replaced since it was indexed"):
         ds.read(4)
     client.delete(url)
-    with pytest.raises(RemoteError, match=f"{url}: deleted since it was indexed"):
+    with pytest.raises(turbofeed.StorageError, match=f"{url}: deleted since it was indexed"):
         ds.read(5)
     with pytest.raises(DatasetError, match=f"no such object: {url}"):
         Dataset(url)

@@ -145,6 +145,35 @@ def test_small_data_is_not_streamed_unless_asked(config, data, tmp_path):
     assert loader(config, tmp_path / "c", streaming=False).stream_layout is None
 
 
+@pytest.mark.parametrize("shards_held", [0.5, 1.5])
+def test_streaming_with_a_cache_smaller_than_two_shards_is_refused_at_construction(
+        config, data, tmp_path, caplog, shards_held):
+    """It used to wait 5 s for room before each shard (minutes per epoch): now asked-for
+    streaming is refused at once, naming the bound needed, and by default the data is
+    read sample by sample with one warning that names it too."""
+    largest = max(S3Client(config).list(PREFIX), key=lambda o: o.size)
+    small = S3Config(endpoint_url=config.endpoint_url, access_key_id="test", secret_access_key="test",
+                     cache_max_bytes=int(shards_held * largest.size), retry=FAST_RETRY)
+    with pytest.raises(turbofeed.StorageError) as info:
+        loader(small, tmp_path / "a", streaming=True)
+    assert info.value.shard == largest.url
+    assert (f"streaming=True needs a node cache of at least twice the largest shard (2 x {largest.size} = "
+            f"{2 * largest.size} bytes" in info.value.reason)
+    assert f"its bound is {small.cache_max_bytes} bytes" in info.value.reason
+    assert f"S3Config(cache_max_bytes={2 * largest.size})" in info.value.reason
+    caplog.set_level("WARNING", logger="turbofeed")
+    unstreamed = loader(small, tmp_path / "b")  # streaming=None: not streamed
+    assert unstreamed.stream_layout is None
+    assert f"raise S3Config.cache_max_bytes to at least {2 * largest.size} bytes" in caplog.text
+    assert Counter(keys_of(unstreamed)) == Counter(data["keys"])
+    enough = S3Config(endpoint_url=config.endpoint_url, access_key_id="test", secret_access_key="test",
+                      cache_max_bytes=2 * largest.size, retry=FAST_RETRY)
+    streamed = loader(enough, tmp_path / "c", streaming=True)  # the bound the message names is enough
+    assert streamed.stream_layout is not None
+    assert Counter(keys_of(streamed)) == Counter(data["keys"])
+    assert streamed.dataset.storage_stats()["cache_misses"] == 0  # no sample waited its way to a GET
+
+
 def test_resume_mid_epoch_continues_exactly(config, data, tmp_path):
     whole = keys_of(loader(config, tmp_path / "a"))
     dl = loader(config, tmp_path / "b")

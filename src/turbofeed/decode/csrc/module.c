@@ -71,19 +71,22 @@ static const char *skip_order(const char *fmt) {
 }
 
 static int read_triple(PyObject *obj, const char *name, float out[3]) {
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (!seq || PySequence_Fast_GET_SIZE(seq) != 3) {
-        Py_XDECREF(seq);
+    /* PySequence_Size/GetItem, not the PySequence_Fast macros: those are outside the
+     * stable ABI (the extension is built with Py_LIMITED_API, one wheel for every Python). */
+    Py_ssize_t n = PySequence_Check(obj) ? PySequence_Size(obj) : -1;
+    if (n != 3) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "%s must be 3 numbers", name);
         return -1;
     }
-    for (int i = 0; i < 3; i++) {
-        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
-        if (v == -1.0 && PyErr_Occurred()) { Py_DECREF(seq); return -1; }
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *item = PySequence_GetItem(obj, i);
+        if (!item) return -1;
+        double v = PyFloat_AsDouble(item);
+        Py_DECREF(item);
+        if (v == -1.0 && PyErr_Occurred()) return -1;
         out[i] = (float)v;
     }
-    Py_DECREF(seq);
     return 0;
 }
 

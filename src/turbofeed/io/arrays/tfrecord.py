@@ -197,9 +197,11 @@ class TFRecordSource(Source):
 
         Raises:
             ValueError: the data fails its CRC (a damaged record: a bad sample).
+            StorageError: the file vanished or changed since it was indexed (replaced,
+                rewritten, truncated), or the read failed.
         """
         offset, size = int(self._data_offsets[i]), int(self._data_sizes[i])
-        if self._views:  # google-crc32c takes bytes only: a copy out of the map beats a pread
+        if self._views:  # google-crc32c takes bytes only: a copy out of the map, checked by the CRC
             data = bytes(FILES.view(self.file, size, offset))
         else:
             data = FILES.pread_exact(self.file, size, offset)
@@ -209,13 +211,13 @@ class TFRecordSource(Source):
         return data, int(self.table.offsets[i]) - offset
 
     def read(self, i: int) -> bytes:
-        """Encoded image bytes of sample ``i``, out of its record (copied out of the mapped
-        file, or one ``pread`` when ``TURBOFEED_MMAP=0``), whose data CRC is checked.
+        """Encoded image bytes of sample ``i``, out of its record (one checked ``pread``, or
+        a copy out of the mapped file under ``TURBOFEED_MMAP=1``), whose data CRC is checked.
 
         Raises:
             ValueError: the record's data fails its CRC.
-            FileChanged: the file was replaced or rewritten since it was indexed.
-            OSError: a short read (the file changed since indexing).
+            StorageError: the file vanished or changed since it was indexed (replaced,
+                rewritten, truncated), or the read failed.
         """
         data, start = self._record(i)
         return data[start:start + int(self.table.sizes[i])]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tqdm.auto import tqdm
+from ..._deps import tqdm
 
 from ...engine.executor import Executor, result_or_closed
 from ...errors import DatasetError

@@ -1,30 +1,46 @@
-"""Compressed tar shards (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``): decompressed once
-into the cache directory, then read like plain shards.
+"""Compressed tar shards (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``), local or
+``s3://``: read from a decompressed plain copy in the node cache.
 
 Why a plain copy: samples are read in a shuffled order, and a gzip stream has no random
 access (reaching a member means inflating everything before it). One sequential pass per
-shard version writes a plain tar that the index, the maps and the native decoder then use
-as they use any shard; the copy is keyed by the compressed file's identity, so a shard
-replaced or rewritten gets a new copy and the old one is removed.
+shard version writes a plain tar that the index and the reads then use.
+
+Why in the node cache (:class:`turbofeed.io.s3.cache.ShardCache`, ``$TURBOFEED_CACHE_DIR/s3``):
+a few hundred KB of gzip can hold hundreds of GB of zeros. Every decompressed copy, of a
+local shard as of an ``s3://`` one, counts against the one bound of that cache
+(``TURBOFEED_S3_CACHE_SIZE`` or ``S3Config(cache_max_bytes=...)``), and copies not in use
+are evicted, least recently used first, to make room. The decompression writes through
+a running byte count (:meth:`ShardCache.fill_stream`) and stops before the copy would pass
+the bound: a :class:`~turbofeed.errors.StorageError` names the shard, says the copy is over
+the bound and how to raise it; nothing past the bound is ever written. A fill's ``.part``
+file left by a killed process is removed when the next process opens the cache (its
+flock died with it).
+
+A copy is named by the compressed file's identity (local: path + device, inode, size,
+mtime, ctime; ``s3://``: URL + ETag + size), so a changed shard gets a new copy.
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
+import functools
 import gzip
-import hashlib
 import io
 import logging
 import lzma
 import os
 import shutil
-import tempfile
+import threading
+import time
+import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, Protocol
 
-from ...errors import DatasetError
-from ..s3.cache import remove_file  # the node cache's helper: that module imports nothing of turbofeed
+from ...errors import DatasetError, StorageError
+from ..s3.cache import CacheFull, ShardCache, object_name
+from ..s3.config import CACHE_SIZE_ENV, cache_limit, default_config
 from .files import FileId
 
 log = logging.getLogger("turbofeed")
@@ -85,32 +101,233 @@ def decompress(src: BinaryIO, out: Writable, what: str) -> str:
     return codec
 
 
-def plain_copy(path: str, identity: FileId, cache_dir: str) -> str:
-    """The path of a plain tar holding ``path`` decompressed (made now, or earlier for the
-    same version of the file), under ``cache_dir/tar-plain``.
+def node_cache(cache_dir: str, bound: int | None = None) -> ShardCache:
+    """The node cache under ``cache_dir`` (``cache_dir/s3``) with ``bound`` bytes (default:
+    the process's :class:`~turbofeed.io.S3Config` bound, see
+    :func:`turbofeed.io.s3.config.cache_limit`), one object per process and bound: opening
+    it removes the fills of dead processes, once."""
+    if bound is None:
+        bound = cache_limit(default_config())
+    return _node_cache(os.path.abspath(cache_dir), bound)
 
-    Raises:
-        DatasetError: the compressed stream is corrupt or cut short (names the file).
-        OSError: the cache directory is not writable or full.
+
+@functools.lru_cache(maxsize=16)
+def _node_cache(cache_dir: str, bound: int | None) -> ShardCache:
+    # plain copies of turbofeed < 0.x lived unbounded under tar-plain/: gone, as the cache
+    # now holds them
+    shutil.rmtree(os.path.join(cache_dir, "tar-plain"), ignore_errors=True)
+    return ShardCache(os.path.join(cache_dir, "s3"), bound)
+
+
+def bound_hint() -> str:
+    """How to raise the node cache's bound (the end of every "does not fit" message)."""
+    return (f"raise the bound with {CACHE_SIZE_ENV}=SIZE (e.g. 500G) or S3Config(cache_max_bytes=...), "
+            "or store the shard as a plain .tar")
+
+
+class PlainCopy:
+    """The decompressed copy of one version of a compressed shard in the node cache,
+    made when first needed and again whenever it was evicted.
+
+    Between reads it holds a pinned descriptor (:meth:`ShardCache.open`: no eviction
+    removes the file meanwhile), so a read is one ``pread``. The pin goes with
+    :meth:`release` (the source is closed, or a streamed pass read its last sample) or
+    when this process needs room for another copy: every copy of the process not being
+    read at that moment lets go (:func:`release_idle`), and may be evicted.
+
+    Invariant: the descriptor is closed only with no ``pread`` in progress on it.
+
+    Args:
+        cache: the node cache.
+        name: the copy's name there (see :func:`turbofeed.io.s3.cache.object_name`).
+        what: the shard (path or URL), for messages.
+        open_compressed: a context manager of the compressed shard as a binary file at
+            offset 0, the version indexed (else it raises :class:`StorageError`).
+        size: the copy's size when known (from the index): the first reservation, and
+            a copy decompressing to another size is refused.
     """
-    name = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
-    version = hashlib.sha1(repr(tuple(identity)).encode()).hexdigest()[:12]
-    folder = os.path.join(cache_dir, "tar-plain")
-    target = os.path.join(folder, f"{name}-{version}.tar")
-    if os.path.exists(target):
-        return target
-    os.makedirs(folder, exist_ok=True)
-    log.info("turbofeed: decompressing %s into %s", path, folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{name}-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
-            decompress(src, out, path)
-        os.replace(tmp, target)  # atomic: a reader sees a whole copy or none
-    except BaseException:
-        remove_file(tmp)
-        raise
-    for entry in os.scandir(folder):  # older versions of this shard
-        if entry.name.startswith(f"{name}-") and entry.path != target and entry.name.endswith(".tar"):
-            remove_file(entry.path)
-    return target
 
+    def __init__(self, cache: ShardCache, name: str, what: str,
+                 open_compressed: Callable[[], contextlib.AbstractContextManager[BinaryIO]],
+                 size: int | None = None) -> None:
+        self.cache, self.name, self.what, self.size = cache, name, what, size
+        self._open_compressed = open_compressed
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._readers = 0
+        self._release = False  # close the descriptor when the last reader is done
+        self.made = 0          # copies this object decompressed (1 + the evicted ones made again)
+        self._filling = False  # a decompression into the cache is in progress
+        _LIVE.add(self)
+        self._finalizer = weakref.finalize(self, _close_fd, [None])
+
+    @property
+    def path(self) -> str:
+        return self.cache.path(self.name)
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the copy (made first if it is not in the cache).
+
+        Raises:
+            StorageError: the copy does not fit in the node cache (names the bound and how
+                to raise it), the shard is not the version indexed any more, or a read
+                of the copy failed. DatasetError: its compressed stream is corrupt.
+        """
+        fd = self._acquire()
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise StorageError(self.what, f"read of its plain copy {self.path} failed: {exc}") from exc
+        finally:
+            self._done()
+        if len(data) != size:
+            raise StorageError(self.what, f"short read of its plain copy at {offset} ({len(data)} of {size} bytes)")
+        return data
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[str]:
+        """The copy's path, made if needed, pinned while the block runs (to index it)."""
+        self._acquire()
+        try:
+            yield self.path
+        finally:
+            self._done()
+
+    def hold(self) -> None:
+        """Make the copy now if it is not in the cache, and keep it pinned (streaming
+        mode: ahead of its block). Raises as :meth:`pread`."""
+        self._acquire()
+        self._done()
+
+    def release(self) -> None:
+        """Unpin the copy (now, or when the reads in progress end): the cache may evict it."""
+        with self._lock:
+            if self._readers:
+                self._release = True
+                return
+            self._close_locked()
+
+    def _acquire(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                fd = self.cache.open(self.name)
+                self._fd = fd if fd is not None else self._make()
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _close_fd, [self._fd])
+            self._readers += 1
+            self._release = False
+            return self._fd
+
+    def _done(self) -> None:
+        with self._lock:
+            self._readers -= 1
+            if self._readers == 0 and self._release:
+                self._close_locked()
+
+    def _close_locked(self) -> None:
+        self._release = False
+        if self._fd is not None:
+            self._finalizer.detach()
+            os.close(self._fd)  # unpins
+            self._fd = None
+
+    def _try_release_idle(self) -> bool:
+        """Unpin if no read is in progress (never waits: the caller may hold another
+        copy's lock); True when it let go of a pin."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._readers or self._fd is None:
+                return False
+            self._close_locked()
+            return True
+        finally:
+            self._lock.release()
+
+    def _make(self) -> int:
+        """Decompress the shard into the cache (called with ``_lock`` held): a pinned fd."""
+        def copy(sink: Writable) -> None:
+            with self._open_compressed() as src:
+                decompress(src, sink, self.what)
+            written = sink.tell()  # type: ignore[attr-defined]
+            if self.size is not None and written != self.size:
+                raise StorageError(self.what, f"decompressed to {written} bytes, {self.size} when indexed: "
+                                   "the shard changed since it was indexed")
+
+        log.info("turbofeed: decompressing %s into the node cache %s", self.what, self.cache.root)
+        try:
+            return self._fill(copy)
+        except CacheFull as exc:
+            if exc.over_bound:
+                raise StorageError(self.what, _no_room(exc)) from exc
+        # The room is held by pinned copies. This process's own let go when not being
+        # read: one retrier at a time (its .part is gone: it holds no room while it
+        # waits) unpins them as they become idle and waits for the fills in progress;
+        # when only other processes' copies stand in the way, it raises at once.
+        with _RETRY_LOCK:
+            deadline = time.monotonic() + _RETRY_S
+            while True:
+                release_idle(self.cache, but=self)
+                try:
+                    return self._fill(copy)
+                except CacheFull as exc:
+                    if exc.over_bound or not _busy(self) or time.monotonic() > deadline:
+                        raise StorageError(self.what, _no_room(exc)) from exc
+                time.sleep(_POLL_S)
+
+    def _fill(self, copy: Callable[[Writable], None]) -> int:
+        self._filling = True
+        try:
+            fd = self.cache.fill_stream(self.name, copy, expected=self.size)
+        finally:
+            self._filling = False
+        self.made += 1
+        return fd
+
+
+_RETRY_LOCK = threading.Lock()
+_RETRY_S = 600.0  # a retrier waits at most this long for this process's fills in progress
+_POLL_S = 0.01
+
+
+def _busy(copy: PlainCopy) -> bool:
+    """Whether another copy of this process in ``copy``'s cache is being made or is still
+    pinned (being read: it lets go of its room once idle)."""
+    return any(c is not copy and c.cache.root == copy.cache.root and (c._filling or c._fd is not None)
+               for c in list(_LIVE))
+
+
+_LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()
+
+
+def release_idle(cache: ShardCache, but: PlainCopy | None = None) -> bool:
+    """Unpin every copy of this process in ``cache``'s folder not being read now (``but``
+    excepted); True when one was."""
+    root = cache.root
+    return sum(c._try_release_idle() for c in list(_LIVE) if c is not but and c.cache.root == root) > 0
+
+
+def _close_fd(box: list) -> None:
+    if box[0] is not None:
+        os.close(box[0])
+
+
+def _no_room(exc: CacheFull) -> str:
+    if exc.over_bound:
+        return f"its decompressed copy is over {exc.bound} bytes, the node cache's bound: {bound_hint()}"
+    return (f"the node cache has no room for its decompressed copy ({exc.needed} bytes so far; bound "
+            f"{exc.bound} bytes, the rest held by copies in use by this or other processes): {bound_hint()}")
+
+
+def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int | None = None) -> PlainCopy:
+    """The :class:`PlainCopy` of the local compressed shard ``path`` as it is now (``identity``)."""
+    name = object_name("file://" + os.path.abspath(path), repr(tuple(identity)), identity.size, ".plain.tar")
+
+    @contextlib.contextmanager
+    def open_compressed() -> Iterator[BinaryIO]:
+        with open(path, "rb") as f:
+            if FileId.of(os.fstat(f.fileno())) != identity:
+                raise StorageError(path, "changed on disk since it was indexed (replaced, rewritten or "
+                                   "truncated); it is re-indexed when the next epoch starts")
+            yield f
+    return PlainCopy(cache, name, path, open_compressed, size)

@@ -1,25 +1,30 @@
-"""Shard files kept open for reads: positional reads, and zero-copy views of mapped files.
+"""Shard files kept open for reads: positional reads checked against the file's identity,
+and (opt-in) zero-copy views of mapped files.
 
 Datasets can have thousands of shards; keeping every one open or mapped would hit the
 process's file and mapping limits, and reopening on every read costs a syscall pair on
 network file systems. So both are bounded LRU caches; an entry evicted while a reader
 still uses it stays valid until that reader lets go (reference counting closes it).
 
-Why views: a ``pread`` copies each sample out of the page cache and hands the GIL over
-twice per sample; a view of the mapped file costs neither, and the native decoder reads
-the pages with the GIL released (2.4% more images/s on the training pipeline,
-bench/RESULTS.md). Mapped files have one hazard: a file truncated *while mapped* raises
-SIGBUS when the lost pages are touched. Shards are not rewritten in place (turbofeed's
-own writers and the S3 node cache publish by rename), loaders check every shard's
-identity when an epoch starts (a changed shard is re-indexed and its old map dropped
-before any read), and ``TURBOFEED_MMAP=0`` turns views off for file systems where others
-might truncate shards in the middle of an epoch.
-
 Why identity, not the path: a shard republished by rename is a new file at the same
 path, and one rewritten in place keeps its inode. Entries are keyed by :class:`FileRef`
 (path + device, inode, size, mtime_ns, ctime_ns as indexed) and a file opened for a ref
 must still have that identity, so a reader never gets another file's bytes through an
-index built for the old one.
+index built for the old one. A change *during* a pass is caught too: after each
+``pread`` of a :class:`FileRef`, one ``fstat`` of the open descriptor must still show the
+indexed identity. Any change to the file after it was indexed (a write, a truncation, a
+``chmod``, a rename over it or its deletion, which unlink the old inode) sets its ctime,
+which no tool can set back, so bytes read before an unchanged ``fstat`` are the indexed
+bytes. Every such failure is a :class:`~turbofeed.errors.StorageError` naming the file:
+not bad data, raised whatever ``on_error`` says.
+
+Why views are opt-in (``TURBOFEED_MMAP=1``): a view of the mapped file saves a copy and
+two GIL hand-overs per sample (about 2% more images/s on the training pipeline,
+bench/RESULTS.md), but a file truncated *while mapped* raises SIGBUS when the lost pages
+are touched, and that kills the process; a view also cannot be checked after the
+decoder read it. Plain ``pread`` (the default) turns every such change into a
+:class:`~turbofeed.errors.StorageError`. Turn views on only where nothing rewrites shards
+under a running job (turbofeed's own writers and the S3 node cache publish by rename).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import os
 import threading
 from collections import OrderedDict
 from typing import NamedTuple
+
+from ...errors import StorageError
 
 
 class FileId(NamedTuple):
@@ -64,19 +71,18 @@ def indexed_file(path: str) -> FileRef | None:
         return None
 
 
-class FileChanged(OSError):
-    """A file is no longer the one that was indexed (replaced, rewritten or truncated)."""
-
-
 class FileRef:
     """A file as it was when indexed: ``path`` and its :class:`FileId`. Hashable by a
     string built once (a str caches its hash; this is looked up once per sample)."""
 
-    __slots__ = ("path", "id", "key")
+    __slots__ = ("path", "id", "key", "stamp")
 
     def __init__(self, path: str, identity: FileId) -> None:
         self.path = path
         self.id = identity
+        # what an open descriptor's fstat must still show after each read (its device and
+        # inode cannot change): compared as one tuple, cheaper than building a FileId
+        self.stamp = (identity.size, identity.mtime_ns, identity.ctime_ns)
         self.key = f"{path}\0{identity.dev}:{identity.ino}:{identity.size}:{identity.mtime_ns}:{identity.ctime_ns}"
 
     def changed(self) -> bool:
@@ -96,18 +102,41 @@ class _OpenFile:
     __slots__ = ("fd",)
 
     def __init__(self, ref: FileRef | str) -> None:
-        path = ref if isinstance(ref, str) else ref.path
-        fd = os.open(path, os.O_RDONLY)
-        if not isinstance(ref, str) and FileId.of(os.fstat(fd)) != ref.id:
+        if isinstance(ref, str):  # published once and never changed (the S3 node cache)
+            self.fd = os.open(ref, os.O_RDONLY)
+            return
+        try:
+            fd = os.open(ref.path, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise StorageError(ref.path, what_changed(ref)) from exc
+        except OSError as exc:
+            raise StorageError(ref.path, f"cannot open it: {exc}") from exc
+        if FileId.of(os.fstat(fd)) != ref.id:
             os.close(fd)  # self.fd stays unset: __del__ closes nothing
-            raise FileChanged(f"{path} changed on disk since it was indexed (replaced, rewritten "
-                              "or truncated); it is re-indexed when the next epoch starts")
+            raise StorageError(ref.path, what_changed(ref))
         self.fd = fd
 
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)  # unset when os.open failed
         if fd is not None:
             os.close(fd)
+
+
+def what_changed(ref: FileRef) -> str:
+    """Why the file at ``ref.path`` is not the indexed version: the reason of a
+    :class:`StorageError` (on the error path only: one ``stat`` of the path)."""
+    try:
+        st = os.stat(ref.path)
+    except OSError:
+        what = "vanished (deleted or renamed away)"
+    else:
+        if (st.st_dev, st.st_ino) != (ref.id.dev, ref.id.ino):
+            what = "replaced (another file at its path)"
+        elif st.st_size < ref.id.size:
+            what = f"truncated from {ref.id.size} to {st.st_size} bytes"
+        else:
+            what = "rewritten"
+    return f"{what} since it was indexed; a new pass indexes it again"
 
 
 class ShardFiles:
@@ -127,12 +156,7 @@ class ShardFiles:
         self._maps: OrderedDict[str, memoryview] = OrderedDict()
         self._lock = threading.Lock()
 
-    def pread(self, ref: FileRef | str, size: int, offset: int) -> bytes:
-        """``size`` bytes at ``offset`` of the file (fewer at its end).
-
-        Raises:
-            FileChanged: ``ref``'s file is not the indexed version any more.
-        """
+    def _open(self, ref: FileRef | str) -> _OpenFile:
         key = ref if isinstance(ref, str) else ref.key
         with self._lock:
             file = self._files.get(key)
@@ -142,27 +166,45 @@ class ShardFiles:
                     self._files.popitem(last=False)
             else:
                 self._files.move_to_end(key)
-        return os.pread(file.fd, size, offset)
+        return file
 
-    def pread_exact(self, ref: FileRef | str, size: int, offset: int) -> bytes:
-        """Exactly ``size`` bytes at ``offset`` (a sample whose place an index recorded).
+    def pread(self, ref: FileRef | str, size: int, offset: int) -> bytes:
+        """``size`` bytes at ``offset`` of the file (fewer at its end), unchecked: for
+        files never changed in place (``ref`` a path) or reads checked by the caller.
 
         Raises:
-            FileChanged: as :meth:`pread`.
-            OSError: fewer bytes are there (the file changed since indexing).
+            StorageError: ``ref`` is a :class:`FileRef` whose file is gone or not the
+                indexed version any more.
         """
-        data = self.pread(ref, size, offset)
-        if len(data) != size:
-            raise OSError(f"short read: {len(data)} of {size} bytes at offset "
-                          f"{offset} (file changed since indexing?)")
+        return os.pread(self._open(ref).fd, size, offset)
+
+    def pread_exact(self, ref: FileRef, size: int, offset: int) -> bytes:
+        """Exactly ``size`` bytes at ``offset`` (a sample whose place an index recorded),
+        read from the indexed version of the file (checked after the read).
+
+        Raises:
+            StorageError: the file vanished or changed since it was indexed (before or
+                during this read), or the read failed.
+        """
+        file = self._open(ref)
+        try:
+            data = os.pread(file.fd, size, offset)
+            st = os.fstat(file.fd)
+            same = (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == ref.stamp
+        except OSError as exc:
+            raise StorageError(ref.path, f"read of {size} bytes at offset {offset} failed: {exc}") from exc
+        if not same:
+            raise StorageError(ref.path, what_changed(ref))
+        if len(data) != size:  # the same file cannot have shrunk: a lying file system
+            raise StorageError(ref.path, f"short read: {len(data)} of {size} bytes at offset {offset}")
         return data
 
     def view(self, ref: FileRef | str, size: int, offset: int) -> memoryview:
         """A zero-copy view of ``size`` bytes at ``offset`` of the file's mapping.
 
         Raises:
-            FileChanged: ``ref``'s file is not the indexed version any more.
-            OSError: the range lies past the end of the file (it changed since indexing).
+            StorageError: ``ref``'s file is gone or not the indexed version any more, or
+                the range lies past the end of the file.
         """
         key = ref if isinstance(ref, str) else ref.key
         with self._lock:
@@ -174,8 +216,9 @@ class ShardFiles:
             else:
                 self._maps.move_to_end(key)
         if offset + size > len(whole):
-            raise OSError(f"bytes {offset}..{offset + size} are past the end of the {len(whole)}-byte file "
-                          "(changed since indexing?)")
+            raise StorageError(ref if isinstance(ref, str) else ref.path,
+                               f"bytes {offset}..{offset + size} are past the end of the {len(whole)}-byte "
+                               "file (changed since it was indexed?)")
         return whole[offset:offset + size]
 
     @staticmethod
@@ -199,8 +242,9 @@ class ShardFiles:
 
 
 def views_enabled() -> bool:
-    """False when ``TURBOFEED_MMAP=0``: reads copy with ``pread`` instead of mapping."""
-    return os.environ.get("TURBOFEED_MMAP", "1") != "0"
+    """True when ``TURBOFEED_MMAP=1``: the native decoder reads mapped shards instead of
+    ``pread`` copies (see the module docstring for the SIGBUS hazard)."""
+    return os.environ.get("TURBOFEED_MMAP", "0") == "1"
 
 
 FILES = ShardFiles()

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from ...errors import DatasetError
+from ...errors import DatasetError, StorageError
 from ..source import Source
 from ..table import IMAGE_EXTENSIONS, SampleTable, split_key
 
@@ -69,7 +69,19 @@ class FolderSource(Source):
         self.table = table
 
     def read(self, i: int) -> bytes:
-        with open(os.path.join(self.path, self.table.image_names[i]), "rb") as f:
+        """The bytes of image ``i``.
+
+        Raises:
+            StorageError: the file vanished since the folder was listed (a new loader
+                lists it again).
+        """
+        path = os.path.join(self.path, self.table.image_names[i])
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError as exc:
+            raise StorageError(path, "vanished since the folder was listed (deleted or moved); "
+                               "a new loader lists the folder again") from exc
+        with f:
             return f.read()
 
     def close(self) -> None:

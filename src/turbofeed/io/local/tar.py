@@ -1,9 +1,11 @@
 """WebDataset tar shards: an index of member offsets built once (:mod:`.index`), then one
 pread (or a view of the mapped file) per sample.
 
-Compressed shards are read from a plain copy (:mod:`.compressed`). Every read checks the
-file's identity against the one indexed (:mod:`.files`), and :meth:`TarSource.changed`
-tells the dataset when to index the shard again.
+Compressed shards are read from a plain copy in the node cache (:mod:`.compressed`),
+bounded and evictable. Every read checks the file's identity against the one indexed
+(:mod:`.files`): a shard that vanished or changed during a pass raises
+:class:`~turbofeed.errors.StorageError`, and :meth:`TarSource.changed` tells the dataset
+to index it again before the next pass.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 from ...errors import DatasetError
 from ..source import Source
 from ..table import SampleTable
-from .compressed import compression_of, plain_copy
+from .compressed import PlainCopy, compression_of, local_plain_copy, node_cache
 from .files import FILES, FileId, FileRef, file_id, views_enabled
-from .index import TarDamage, default_cache_dir, load_index, report_damage, table_from_index, unreadable_index
+from .index import (TarDamage, _build_index, _cache_path, cached_index, default_cache_dir, load_index,
+                    report_damage, table_from_index, unreadable_index)
 
 
 class TarSource(Source):
     """One WebDataset tar shard, plain or compressed (``.tar.gz``/``.tgz``, bzip2, xz: read
-    from a plain copy in the cache directory, see :mod:`turbofeed.io.local.compressed`).
+    from a plain copy in the node cache, ``plain``, see :mod:`turbofeed.io.local.compressed`).
 
     Args:
         path: the shard.
@@ -30,6 +33,8 @@ class TarSource(Source):
     """
 
     file: FileRef  # always a local file (the Source capability, never None here)
+    #: a compressed shard's decompressed copy (None for a plain shard)
+    plain: PlainCopy | None = None
 
     def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None,
                  labels: bool = True) -> None:
@@ -41,19 +46,36 @@ class TarSource(Source):
         except DatasetError as exc:  # zstd: named, and reported like any unreadable shard
             index = unreadable_index(TarDamage(0, str(exc).split(": ", 1)[1], cut=False),
                                      file=identity.as_dict())
-            data_path = path
         else:
-            data_path = plain_copy(path, identity, cache_dir) if codec else path
-            index = load_index(data_path, cache_dir)
-        # ``file`` is the shard the user named, ``_data`` the file read (a compressed
-        # shard's plain copy), each as it was indexed: reads check ``_data``, and a
-        # change to either re-indexes (changed())
-        self._data = FileRef(data_path, FileId(**index["file"]))
-        self.file = self._data if data_path == path else FileRef(path, identity)
+            index = self._compressed_index(identity, cache_dir) if codec else load_index(path, cache_dir)
+        # the shard as it was indexed: reads check it (a compressed shard's when its copy
+        # is made), and a change re-indexes (changed())
+        self.file = FileRef(path, FileId(**index["file"]))
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
         report_damage(self.damage, path, len(index["rows"]), on_damage)
         self.table = table_from_index(index, labels=labels)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
+
+    def _compressed_index(self, identity: FileId, cache_dir: str) -> dict:
+        """The index of the compressed shard's plain copy (cached by the shard's identity),
+        and ``plain``; the copy is pinned while it is indexed and after.
+
+        Raises:
+            StorageError: the copy does not fit in the node cache.
+        """
+        plain = local_plain_copy(self.path, identity, node_cache(cache_dir))
+        key = {"file": identity.as_dict(), "plain_copy": True}
+
+        def build() -> dict:
+            with plain.pinned() as copy:
+                index = _build_index(copy)
+            index["plain_bytes"] = index["file"]["size"]
+            index.update(key)
+            return index
+        index = cached_index(_cache_path(cache_dir, self.path), key, build, self.path)
+        plain.size = int(index["plain_bytes"])
+        self.plain = plain
+        return index
 
     @classmethod
     def indexed(cls, path: str, identity: FileId, table: SampleTable, damage: TarDamage | None, *,
@@ -68,7 +90,7 @@ class TarSource(Source):
         """
         self = cls.__new__(cls)
         self.path = path
-        self._data = self.file = FileRef(path, identity)
+        self.file = FileRef(path, identity)
         self.damage = damage
         report_damage(damage, path, samples, on_damage)
         self.table = table
@@ -76,15 +98,15 @@ class TarSource(Source):
         return self
 
     def changed(self) -> bool:
-        """True when the shard (or its plain copy) is not the version indexed any more."""
-        return self.file.changed() or (self._data is not self.file and self._data.changed())
+        """True when the shard is not the version indexed any more."""
+        return self.file.changed()
 
     def read(self, i: int) -> bytes:
         """Encoded bytes of sample ``i`` with one positional read (releases the GIL).
 
         Raises:
-            FileChanged: the shard was replaced or rewritten since it was indexed.
-            OSError: a short read (the file changed since indexing).
+            StorageError: the shard (or its plain copy) vanished, was replaced, rewritten
+                or truncated since it was indexed, or the read failed.
         """
         return self._pread(int(self.table.offsets[i]), int(self.table.sizes[i]))
 
@@ -100,17 +122,22 @@ class TarSource(Source):
         return self.table.exts_of(i)
 
     def _pread(self, offset: int, size: int) -> bytes:
-        return FILES.pread_exact(self._data, size, offset)
+        if self.plain is not None:
+            return self.plain.pread(offset, size)  # its errors name this shard
+        return FILES.pread_exact(self.file, size, offset)
 
     def view(self, i: int) -> bytes | memoryview:
-        """Sample ``i`` without a copy: a view of the mapped shard (``read`` when
-        ``TURBOFEED_MMAP=0``). Valid as long as it is referenced."""
-        if not self._views:
+        """Sample ``i`` without a copy: a view of the mapped shard under
+        ``TURBOFEED_MMAP=1``, else :meth:`read` (always for a compressed shard: its copy
+        may be evicted). Valid as long as it is referenced."""
+        if not self._views or self.plain is not None:
             return self.read(i)
-        return FILES.view(self._data, int(self.table.sizes[i]), int(self.table.offsets[i]))
+        return FILES.view(self.file, int(self.table.sizes[i]), int(self.table.offsets[i]))
 
     def close(self) -> None:
-        FILES.close(self._data)
+        if self.plain is not None:
+            self.plain.release()
+        FILES.close(self.file)
 
     def __repr__(self) -> str:
         return f"TarSource({self.path!r}, samples={len(self.table)})"

@@ -27,9 +27,12 @@ fill larger than ``max_bytes`` is refused, and so is one that only evicting obje
 use would make room for (nothing is evicted then; the caller reads from the network).
 Room is made and the ``.part`` file created at full size under ``evict.lock``, so two
 processes never both count on the same free bytes; if ``evict.lock`` stays held for
-10 s the fill is refused rather than made without it. A ``.part`` whose filler died
-(its name lock is free) is removed the next time room is made; other leftovers after
-an hour. Index files are not counted.
+10 s the fill is refused rather than made without it. A fill of unknown size
+(:meth:`ShardCache.fill_stream`: a decompressed copy) grows its ``.part`` reservation in
+steps, each made room for the same way, and stops with :class:`CacheFull` before a byte
+would pass the bound. A ``.part`` whose filler died (its name lock is free: the kernel
+drops a dead process's flock) is removed when a cache is opened and whenever room is
+made; other leftovers after an hour. Index files are not counted.
 """
 
 from __future__ import annotations
@@ -42,16 +45,17 @@ import threading
 import time
 from collections.abc import Callable
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no cross-process locks, still atomic
-    fcntl = None  # type: ignore[assignment]  # checked for None before every use
+from .filelocks import GONE, FileLock, fcntl, lock_unused, pin, remove_file
+from .fills import CacheFull, GrowingFill
+
+__all__ = ["CacheFull", "ShardCache", "object_name", "remove_file"]
 
 log = logging.getLogger("turbofeed")
 
 _TOUCH_EVERY_S = 30.0       # LRU recency is refreshed at most this often per file
 _STALE_PART_S = 3600.0      # a .part untouched this long belongs to a dead process
 _POLL_S = 0.05
+_GROW_STEP = 64 << 20       # a fill of unknown size reserves this much more at a time
 
 
 def object_name(url: str, etag: str, size: int, suffix: str = "") -> str:
@@ -59,32 +63,6 @@ def object_name(url: str, etag: str, size: int, suffix: str = "") -> str:
     digest = hashlib.sha1(f"{url}\0{etag}\0{size}".encode()).hexdigest()[:24]
     tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rsplit("/", 1)[-1])[-60:]
     return f"{digest}-{tail}{suffix}"
-
-
-class _FileLock:
-    """An exclusive ``flock`` on a lock file, tried without blocking."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        if fcntl is None:
-            self.fd = fd
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self.fd = fd
-        return True
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
 
 
 class ShardCache:
@@ -115,6 +93,17 @@ class ShardCache:
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
         self.evictions = 0
+        self.remove_dead_parts()
+
+    def remove_dead_parts(self) -> int:
+        """Remove the ``.part`` files of fills whose process died (their name lock is
+        free) or older than an hour; returns how many. Live fills hold their lock."""
+        now, removed = time.time(), 0
+        for path, _, mtime in self._entries(self.tmp):
+            if (now - mtime > _STALE_PART_S or self._dead_part(path, None)) and remove_file(path):
+                removed += 1
+                log.info("turbofeed: removed %s, left by a process that died while filling it", path)
+        return removed
 
     def path(self, name: str) -> str:
         return os.path.join(self.objects, name)
@@ -137,7 +126,7 @@ class ShardCache:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        if not _pin(fd, path):
+        if not pin(fd, path):
             os.close(fd)
             return None
         self.touch(name)
@@ -184,7 +173,7 @@ class ShardCache:
         """
         if size > self.max_bytes:
             return None
-        lock = _FileLock(self.path(name) + ".lock")
+        lock = FileLock(self.path(name) + ".lock")
         while not lock.try_acquire():
             fd = self.open(name)
             if fd is not None:
@@ -214,6 +203,52 @@ class ShardCache:
                 raise
             self.touch(name)
             return fd
+        finally:
+            lock.release()
+
+    def fill_stream(self, name: str, copy: Callable[[GrowingFill], None], *, expected: int | None = None,
+                    stop: threading.Event | None = None) -> int:
+        """Publish ``name``, of a size known only once written (a decompressed copy),
+        unless present, and return a pinned descriptor of it (as :meth:`fill_open`).
+
+        ``copy(sink)`` writes the bytes with ``sink.write(data)``; the sink grows the
+        ``.part`` reservation as it fills (``expected`` bytes at first, when given), and
+        raises :class:`CacheFull` before the bytes written would pass ``max_bytes`` or
+        when room cannot be made without evicting copies in use.
+
+        Raises:
+            CacheFull: as said (the ``.part`` file is removed, nothing is published).
+            whatever ``copy`` raises; InterruptedError as :meth:`fill_open`.
+        """
+        if expected is not None and expected > self.max_bytes:
+            raise CacheFull(name, expected, self.max_bytes, over_bound=True)
+        first = min(self.max_bytes, expected if expected is not None else _GROW_STEP)
+
+        def write(fd: int) -> None:
+            sink = GrowingFill(self, name, fd, first)
+            copy(sink)
+            os.ftruncate(fd, sink.n)  # give back what was reserved but not written
+
+        fd = self.fill_open(name, first, write, stop)
+        if fd is None:  # the first reservation found no room
+            raise CacheFull(name, first, self.max_bytes, over_bound=False)
+        return fd
+
+    def grow(self, sink: GrowingFill, end: int) -> None:
+        """Reserve room for ``end`` bytes of ``sink``'s ``.part`` (a step more when the
+        bound allows), or raise :class:`CacheFull`."""
+        if end > self.max_bytes:
+            raise CacheFull(sink.name, end, self.max_bytes, over_bound=True)
+        lock = self._evict_lock()
+        if lock is None:
+            raise CacheFull(sink.name, end, self.max_bytes, over_bound=False)
+        try:
+            for size in dict.fromkeys((min(self.max_bytes, max(end, sink.reserved + _GROW_STEP)), end)):
+                if self._make_room_locked(size - sink.reserved):  # the .part counts as reserved so far
+                    os.ftruncate(sink.fd, size)
+                    sink.reserved = size
+                    return
+            raise CacheFull(sink.name, end, self.max_bytes, over_bound=False)
         finally:
             lock.release()
 
@@ -259,10 +294,10 @@ class ShardCache:
         finally:
             lock.release()
 
-    def _evict_lock(self) -> _FileLock | None:
+    def _evict_lock(self) -> FileLock | None:
         """The node's eviction lock, or None after 10 s (the caller then does without
         the room rather than risk two processes counting on the same bytes)."""
-        lock = _FileLock(os.path.join(self.root, "evict.lock"))
+        lock = FileLock(os.path.join(self.root, "evict.lock"))
         deadline = time.monotonic() + 10.0
         while not lock.try_acquire():  # another process is evicting; it is quick
             if time.monotonic() > deadline:
@@ -297,8 +332,8 @@ class ShardCache:
             for path, size, _ in objects:
                 if used + incoming <= self.max_bytes:
                     break
-                fd = _lock_unused(path)
-                if fd == _GONE:
+                fd = lock_unused(path)
+                if fd == GONE:
                     used -= size
                 elif fd is not None:
                     victims.append((path, size, fd))
@@ -325,59 +360,8 @@ class ShardCache:
         name = base.rsplit(".", 3)[0]
         if name == filling:
             return True
-        lock = _FileLock(self.path(name) + ".lock")
+        lock = FileLock(self.path(name) + ".lock")
         if not os.path.exists(lock.path) or not lock.try_acquire():
             return False
         lock.release()
         return True
-
-
-_GONE = -1  # _lock_unused: the file is no longer there
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
-
-
-def _pin(fd: int, path: str) -> bool:
-    """Take a shared flock on ``fd`` (open on ``path``); False when it is being evicted
-    or was (the lock came after the unlink: ``path`` is gone or another file)."""
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return False
-    return _same_file(fd, path)
-
-
-def _lock_unused(path: str) -> int | None:
-    """A descriptor holding ``path``'s exclusive flock (nobody has it pinned), None when
-    it is in use, or ``_GONE``."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return _GONE
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return None
-    if not _same_file(fd, path):  # replaced meanwhile: count the new file as in use
-        os.close(fd)
-        return _GONE if not os.path.exists(path) else None
-    return fd
-
-
-def remove_file(path: str) -> bool:
-    """Unlink ``path``; False when it was already gone (another process got there first)."""
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False

@@ -16,7 +16,8 @@ How a shard is read (``S3TarSource``):
    ranged GET of exactly the sample's bytes (from the loader's worker threads, so as
    many in flight as there are workers), and the shard is queued for prefetch. Every
    GET carries ``If-Match: <ETag at indexing>``, so an object replaced during training
-   fails with a clear error instead of returning bytes at the old offsets.
+   fails with a :class:`~turbofeed.errors.StorageError` instead of returning bytes at the
+   old offsets; so does a GET that still fails after the retry policy (an outage).
 3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.engine.executor.Executor`
    per dataset, ``turbofeed-prefetch-<i>``) download whole shards into the node cache
    in the order they are first needed (plus the next shards in dataset order), so
@@ -25,11 +26,13 @@ How a shard is read (``S3TarSource``):
    epoch would evict shards before their samples are read, and member GETs are cheaper.
 
 Compressed objects (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``) are downloaded whole,
-decompressed once into a plain copy in the node cache and read from it
-(:mod:`turbofeed.io.s3.compressed`). Objects that cannot be read as shards (zero bytes,
-``.tar.zst``, a compressed one whose plain copy the cache cannot hold) have a source
-with no samples and a ``damage`` that says why, so the dataset warns, lists them in
-``damaged`` and raises under ``on_damage="raise"``, as for a damaged local shard.
+decompressed into a plain copy in the node cache (counted against its bound, evictable
+when not in use, made again when needed) and read from it
+(:mod:`turbofeed.io.s3.compressed`); a copy larger than the bound raises
+:class:`~turbofeed.errors.StorageError`. Objects that cannot be read as shards (zero
+bytes, ``.tar.zst``, a corrupt compressed stream) have a source with no samples and a
+``damage`` that says why, so the dataset warns, lists them in ``damaged`` and raises
+under ``on_damage="raise"``, as for a damaged local shard.
 """
 
 from __future__ import annotations
@@ -42,20 +45,21 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ...engine.executor import Executor, ExecutorClosed
-from ...errors import DatasetError
+from ...errors import DatasetError, StorageError
 from ..local.files import FILES
 from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, report_damage,
                           table_from_index, unreadable_index)
 from ..retry import RemoteError
 from ..source import Source
 from .cache import ShardCache, object_name
-from .compressed import plain_copy, plain_index, read_plain
+from .compressed import open_plain
 from .copies import check_copy, temporary_copy
 from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
 from .errors import changed, not_found
 from .urls import COMPRESSED, shared_client, stat
 
 if TYPE_CHECKING:
+    from ..local.compressed import PlainCopy
     from .stream import ShardStream
 
 log = logging.getLogger("turbofeed")
@@ -135,16 +139,16 @@ class S3Shards:
         return src
 
     def _open_compressed(self, info: ObjectInfo, on_damage: str, labels: bool) -> S3TarSource:
-        plain = plain_copy(self, info, _cache_name(info))
-        if isinstance(plain, str):  # why it has no plain copy: reported
-            index = unreadable_index(TarDamage(0, plain, cut=False))
+        try:
+            plain, index = open_plain(self, info, _cache_name(info), {
+                "etag": info.etag, "size": info.size, "url": info.url, "s3_index": _S3_INDEX})
+        except DatasetError as exc:  # not a compressed tar, or a corrupt stream: reported
+            index = unreadable_index(TarDamage(0, str(exc).removeprefix(f"{info.url}: "), cut=False))
             return S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
         try:
-            index = plain_index(self, info, plain[1], {"etag": info.etag, "size": info.size,
-                                                       "url": info.url, "s3_index": _S3_INDEX})
             return S3TarSource(info, index, self, on_damage=on_damage, labels=labels, plain=plain)
         except BaseException:
-            os.close(plain[0])
+            plain.release()
             raise
 
     def _index_path(self, info: ObjectInfo) -> str:
@@ -291,12 +295,14 @@ class S3TarSource(Source):
 
     ``read(i)`` serves sample ``i`` (``read_member(i, ext)`` one of its members) from the
     node cache's copy when present, else with one ranged GET (retried per the client's
-    policy); a compressed object's only from ``plain`` (the pinned descriptor and path of
-    its plain copy, kept pinned until :meth:`close`). Thread-safe.
+    policy); a compressed object's only from ``plain``, its decompressed copy in the node
+    cache (:class:`~turbofeed.io.local.compressed.PlainCopy`). Thread-safe. A GET that
+    still fails after the retry policy, or finds the object replaced or deleted, raises
+    :class:`~turbofeed.errors.StorageError`.
     """
 
     def __init__(self, info: ObjectInfo, index: dict, shards: S3Shards, *, on_damage: str = "skip",
-                 labels: bool = True, plain: tuple[int, str] | None = None) -> None:
+                 labels: bool = True, plain: PlainCopy | None = None) -> None:
         self.path = info.url
         self.info = info
         self._shards = shards
@@ -305,10 +311,7 @@ class S3TarSource(Source):
         self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
         report_damage(self.damage, self.path, len(index["rows"]), on_damage)
         self.table = table_from_index(index, labels=labels)
-        self._plain = None if plain is None else plain[0]
-        if plain is not None:  # raising above leaves the descriptor to the caller
-            self._local = plain[1]  # never prefetched
-            self._unpin = weakref.finalize(self, os.close, plain[0])  # also when dropped unclosed
+        self.plain = plain  # a compressed object's copy: never prefetched nor streamed as an object
 
     def read(self, i: int) -> bytes:
         return self._read(int(self.table.offsets[i]), int(self.table.sizes[i]))
@@ -324,14 +327,14 @@ class S3TarSource(Source):
 
     @property
     def compressed(self) -> bool:
-        """Read from a plain copy pinned for the dataset's life (a compressed object)."""
-        return self._plain is not None
+        """Read from a plain copy in the node cache (a compressed object)."""
+        return self.plain is not None
 
     def _read(self, offset: int, size: int) -> bytes:
         stats = self._shards.client.stats
-        if self._plain is not None:
+        if self.plain is not None:
             stats.add(cache_hits=1)
-            return read_plain(self._plain, offset, size, self.path)
+            return self.plain.pread(offset, size)
         streamer = self._shards.streamer
         streamed = None if streamer is None else streamer.read(self, offset, size)
         if streamed is not None:
@@ -354,16 +357,16 @@ class S3TarSource(Source):
         try:
             return bytes(self._shards.client.get_range(self.path, offset, offset + size,
                                                        etag=self.info.etag))
-        except RemoteError as exc:
+        except RemoteError as exc:  # after the retry policy: a storage fault, never bad data
             if changed(exc) or not_found(exc):
                 what = "replaced" if changed(exc) else "deleted"
-                raise RemoteError(f"{self.path}: {what} since it was indexed (ETag {self.info.etag}); "
-                                  "build the dataset again to read the new version") from exc
-            raise
+                raise StorageError(self.path, f"{what} since it was indexed (ETag {self.info.etag}); "
+                                   "build the dataset again to read the new version") from exc
+            raise StorageError(self.path, str(exc).removeprefix(self.path).lstrip(": ")) from exc
 
     def close(self) -> None:
-        if self._plain is not None:
-            self._unpin()
+        if self.plain is not None:
+            self.plain.release()
         elif self._local is not None:
             FILES.close(self._local)
 

@@ -13,6 +13,11 @@ in ``budget`` bytes (the node cache's bound)::
     last use     A61 C63 F60    B127 ...
     held         A C F -> A C F B D E (prefetched while block 0 is read) -> B D E ...
 
+A compressed shard (``.tar.gz`` ...) is held the same way through its decompressed copy
+(:class:`~turbofeed.io.local.compressed.PlainCopy`): made in the node cache ahead of its
+block (counted by the copy's size), unpinned after its last sample, so the copies of one
+block at a time fill the cache, never more than its bound.
+
 A reader that needs a shard not started yet starts it at once, whatever the budget (so
 no reader waits on a release that its own batch holds up); when the cache has no room
 for it after a few seconds of waiting for other processes to release theirs, the shard's
@@ -34,8 +39,10 @@ import numpy as np
 
 from ...engine.executor import Executor, ExecutorClosed
 from ...engine.stages import StageInfo
+from ...errors import StorageError
 
 if TYPE_CHECKING:
+    from ..local.compressed import PlainCopy
     from .shards import S3Shards, S3TarSource
 
 log = logging.getLogger("turbofeed")
@@ -47,8 +54,9 @@ _POLL_S = 0.05
 class _Held:
     """One shard of the stream: its download's outcome, and who waits for it."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, plain: PlainCopy | None = None) -> None:
         self.size = size
+        self.plain = plain          # a compressed shard's copy, held instead of ``fd``
         self.started = False
         self.ready = threading.Event()
         self.fd: int | None = None  # the pinned copy; None after release or without room
@@ -61,8 +69,8 @@ class ShardStream:
 
     Args:
         shards: the dataset's ``s3://`` shards (client, node cache).
-        sources: the dataset's sources, by shard index (only :class:`S3TarSource`
-            without a plain copy are streamed; the others read as usual).
+        sources: the dataset's sources, by shard index (only :class:`S3TarSource` are
+            streamed; the others read as usual).
         order_shards: the shard index of every position of this rank's order.
         budget: bytes of shards to hold at once (the node cache's bound).
         concurrency: whole-shard downloads at once.
@@ -88,11 +96,15 @@ class ShardStream:
         for j in by_first.tolist():
             k = int(uniq[j])
             src = sources[k]
-            if isinstance(src, S3TarSource) and not src.compressed:
+            if isinstance(src, S3TarSource):
                 self._queue.append(k)
                 self._last[k] = int(last[j])
-                self._held[k] = _Held(src.info.size)
-                self._index[id(src)] = k
+                plain = src.plain
+                if plain is None:
+                    self._held[k] = _Held(src.info.size)
+                    self._index[id(src)] = k  # read here; a compressed one reads its copy itself
+                else:
+                    self._held[k] = _Held(plain.size or src.info.size, plain)
         self._sources: dict[int, S3TarSource] = {k: sources[k] for k in self._queue}  # type: ignore[misc]
         self._next = 0        # next shard of the queue to start
         self._holding = 0     # bytes of started shards not yet released
@@ -110,7 +122,7 @@ class ShardStream:
         no copy (read it from the network).
 
         Raises:
-            OSError: a short read of the copy.
+            StorageError: a short read of the copy.
         """
         k = self._index.get(id(source))
         if k is None:
@@ -135,7 +147,8 @@ class ShardStream:
             if last:
                 self._close(held)
         if len(data) != size:
-            raise OSError(f"{source}: short read of its streamed copy at {offset} ({len(data)} of {size} bytes)")
+            raise StorageError(self._sources[k].path, f"short read of its streamed copy at {offset} "
+                               f"({len(data)} of {size} bytes)")
         return data
 
     # ----- the engine's side ---------------------------------------------------------
@@ -200,10 +213,14 @@ class ShardStream:
         held = self._held[k]
         src = self._sources[k]
         try:
+            if held.plain is not None:
+                held.plain.hold()  # made now, in its block's turn; pinned until released
+                return
             waited = time.monotonic()
+            never = src.info.size > self.budget  # no wait can make room (refused when asked, layout.py)
             while not self._stop.is_set():
                 fd = self._shards.pinned_copy(src.info)
-                if fd is not None or time.monotonic() - waited > _NO_ROOM_WAIT_S:
+                if fd is not None or never or time.monotonic() - waited > _NO_ROOM_WAIT_S:
                     break
                 time.sleep(_POLL_S)  # the room is held by other processes' pins: they move on
             else:
@@ -214,7 +231,7 @@ class ShardStream:
         except InterruptedError:
             pass
         except Exception as exc:  # noqa: BLE001 - the shard's reads go to the network and report
-            log.warning("turbofeed: streaming download of %s failed, reading its samples directly: %s",
+            log.warning("turbofeed: streaming download of %s failed, reading its samples without it: %s",
                         src.path, exc)
         finally:
             with self._lock:
@@ -231,6 +248,8 @@ class ShardStream:
                         "to at least twice the largest block", self.budget, src.path)
 
     def _close(self, held: _Held) -> None:
+        if held.plain is not None:
+            held.plain.release()  # once its reads in progress end; evictable from then on
         with self._lock:
             held.released = True
             if held.readers:
