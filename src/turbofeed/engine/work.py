@@ -43,6 +43,7 @@ class SampleWork:
     def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
                  seed: int, epoch: int, image_exts: tuple[str, ...] | None = None) -> None:
         self.dataset = dataset
+        self.bad = dataset.bad  # {gid: why}: samples bad whatever their bytes (io.Dataset.bad)
         self.image_exts = image_exts  # the image field's extensions (first match), or the table's image
         self.transform = transform
         self.stats = stats
@@ -67,6 +68,8 @@ class SampleWork:
         source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()
         data: bytes | memoryview | np.ndarray | None
+        if gid in self.bad:  # no image member, or a label that cannot be parsed
+            raise self.error(gid, "fetch", LookupError(self.bad[gid]))
         try:
             ext = None if self.image_exts is None else self._other_image_member(gid)
             if ext is not None:
@@ -93,7 +96,8 @@ class SampleWork:
         ext = pick_member(present, self.image_exts)
         if ext is None:
             raise self.error(gid, "fetch", LookupError(
-                f"no {';'.join(self.image_exts)} member for the image (the sample has {', '.join(present)})"))
+                f"no {';'.join(self.image_exts)} member for field 'image' (the sample has "
+                f"{', '.join(present) or 'no members'})"))
         return None if ext == source.table.image_ext(i) else ext
 
     def load(self, gid: int) -> Decoded:
