@@ -43,7 +43,6 @@ class SampleWork:
     def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
                  seed: int, epoch: int, image_exts: tuple[str, ...] | None = None) -> None:
         self.dataset = dataset
-        self.bad = dataset.bad  # {gid: why}: samples bad whatever their bytes (io.Dataset.bad)
         self.image_exts = image_exts  # the image field's extensions (first match), or the table's image
         self.transform = transform
         self.stats = stats
@@ -68,8 +67,9 @@ class SampleWork:
         source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()
         data: bytes | memoryview | np.ndarray | None
-        if gid in self.bad:  # no image member, or a label that cannot be parsed
-            raise self.error(gid, "fetch", LookupError(self.bad[gid]))
+        bad = self.dataset.bad  # {gid: why}: bad whatever their bytes (no image, a bad label)
+        if gid in bad:
+            raise self.error(gid, "fetch", LookupError(bad[gid]))
         try:
             ext = None if self.image_exts is None else self._other_image_member(gid)
             if ext is not None:
