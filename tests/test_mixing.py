@@ -103,3 +103,55 @@ def test_weights_with_streaming_order(two):
     assert dl.stream_layout is not None
     got = keys(dl)
     assert Counter(k[0] for k in got) == {"a": 20, "b": 20}
+
+
+def rss_peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def test_a_two_billion_sample_resampled_epoch_starts_at_once_in_small_memory(two):
+    import time
+
+    peak = rss_peak_mb()
+    started = time.monotonic()
+    dl = load(list(two), weights=[3, 1], epoch_size=2_000_000_000, resample=True)
+    it = iter(dl)
+    first = next(it)
+    waited = time.monotonic() - started
+    it.close()
+    assert len(dl) == 250_000_000 and len(first[2]) == 8
+    # behaviour bounds, loose: the whole order would be 16 GB and minutes (the old code)
+    assert rss_peak_mb() - peak < 500 and waited < 60
+    again = load(list(two), weights=[3, 1], epoch_size=2_000_000_000, resample=True)
+    assert next(iter(again))[2] == first[2]  # the same (seed, epoch): the same draw
+    fresh = load(list(two), weights=[3, 1], epoch_size=2_000_000_000, resample=True)
+    ids = [g for _, g in zip(range(8), fresh.sampler)]  # torch's sampler view of epoch 0, lazily too
+    assert all(type(g) is int for g in ids)
+    assert [f"{os.path.basename(s)}/{k}" for s, k in map(fresh.dataset.describe, ids)] == first[2]
+
+    # exact resume mid-epoch, far into it: the state says where, nothing is replayed
+    state = dl.state_dict()
+    state.update(samples_done=1_500_000_000, batches_done=187_500_000)
+    resumed = load(list(two), weights=[3, 1], epoch_size=2_000_000_000, resample=True)
+    resumed.load_state_dict(state)
+    got = next(iter(resumed))[2]
+    plan = dl._plan(0, 1_500_000_000)  # the pure plan of the rest of the epoch
+    assert [k.rsplit("/", 1)[-1] for k in got] == [
+        resumed.dataset.describe(int(g))[1] for g in plan.order[0:8]]
+    assert resumed.state_dict()["samples_done"] == 1_500_000_008
+
+
+def test_a_resampled_epoch_resumes_exactly_and_honours_the_weights(two):
+    whole = keys(load(list(two), weights=[3, 1], epoch_size=4000, resample=True))
+    assert len(whole) == 4000
+    share_b = sum(k[0] == "b" for k in whole) / len(whole)
+    assert abs(share_b - 0.25) < 0.03  # in expectation: 1000 +- 27 (1 sigma)
+    dl = load(list(two), weights=[3, 1], epoch_size=4000, resample=True)
+    it = iter(dl)
+    head = [k.rsplit("/", 1)[-1] for _ in range(7) for k in next(it)[2]]
+    state = dl.state_dict()
+    again = load(list(two), weights=[3, 1], epoch_size=4000, resample=True)
+    again.load_state_dict(state)
+    assert head + keys(again) == whole

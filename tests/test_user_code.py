@@ -156,3 +156,30 @@ def test_user_errors_bad_sample_opts_the_per_sample_callables_into_on_error(shar
         list(strict)
     with pytest.raises(ValueError, match="user_errors must be 'raise' or 'bad_sample'"):
         turbofeed.DataLoader(shard, user_errors="skip")
+
+
+class CpuStandInDecoder:
+    """The GPU decoder's contract (``device``, ``decode(datas)`` -> (3, H, W) uint8 tensors),
+    decoding on the CPU: the GPU path's stages run here without a GPU."""
+
+    device = torch.device("cpu")
+
+    def decode(self, datas):
+        from turbofeed.decode import decode
+
+        return [torch.from_numpy(decode(bytes(d)).transpose(2, 0, 1).copy()) for d in datas]
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_on_the_gpu_decode_path_batch_transform_raises_the_same_way(shard, hybrid):
+    def cutmix(images: torch.Tensor, labels: torch.Tensor):
+        raise IndexError("cutmix bug")
+
+    loader = turbofeed.DataLoader(shard, batch_size=8, num_workers=2, transform=T.imagenet_eval(16),
+                                  gpu_decode=CpuStandInDecoder(), hybrid=hybrid, batch_transform=cutmix)
+    assert loader._gpu_decoder is not None  # the GPU decode stage runs
+    with pytest.raises(UserCodeError, match=r"^user code: batch_transform=.*cutmix: IndexError: cutmix bug$"):
+        next(iter(loader))
+    assert turbofeed_threads() == []
+    # (transform callables never reach the GPU decode: it needs a fixed output size, which a
+    # transform with callables has not; they run in the CPU augment stage tested above)

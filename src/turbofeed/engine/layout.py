@@ -104,6 +104,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None) 
         return None
     from ..io.s3.stream import stream_shards
 
+    assert isinstance(plan.order, np.ndarray)  # a streamed order is drawn whole (never lazily)
     return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,
                          concurrency=max(2, dataset.s3.config.prefetch_shards))
 

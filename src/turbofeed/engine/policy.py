@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from ..errors import SampleError
+from ..plan import Order
 from .stats import Stats
 
 log = logging.getLogger("turbofeed")
@@ -107,7 +108,7 @@ class PassPolicy:
         with self._lock:
             return index in self._skip or gid in self._bad_ids
 
-    def next_unknown(self, order: np.ndarray, u: int, end: int) -> int | None:
+    def next_unknown(self, order: Order, u: int, end: int) -> int | None:
         """The first ``v`` in ``u .. end-1`` whose sample ``order[v % len(order)]`` is not
         known bad in this pass, or None. ``u`` and ``v`` are unwrapped positions."""
         n = len(order)

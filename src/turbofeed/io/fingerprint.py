@@ -52,17 +52,17 @@ def _source_digest(source: Source, labels: np.ndarray) -> bytes:
     h.update(shard_name(source.path).encode("utf-8", "surrogateescape") + b"\0")
     lengths, blob = encoded_strings(table.keys)
     h.update(np.int64(len(lengths)).tobytes())
-    h.update(lengths.astype("<u4"))
+    h.update(lengths.astype("<u4").data)
     h.update(blob)
     if table.has_members:  # every member: its sample, extension and size (the image's among them)
         first, last = int(table.member_start[0]), int(table.member_start[-1])
-        h.update(np.diff(np.asarray(table.member_start, dtype=np.int64)).astype("<u4"))
+        h.update(np.diff(np.asarray(table.member_start, dtype=np.int64)).astype("<u4").data)
         codes = np.array([zlib.crc32(e.encode()) for e in table.member_exts], dtype="<u4")
-        h.update(codes[np.asarray(table.member_ext[first:last], dtype=np.intp)])
-        h.update(np.asarray(table.member_size[first:last]).astype("<i8"))
+        h.update(codes[np.asarray(table.member_ext[first:last], dtype=np.intp)].data)
+        h.update(np.asarray(table.member_size[first:last]).astype("<i8").data)
     else:
-        h.update(np.asarray(table.sizes).astype("<i8"))
-    h.update(np.ascontiguousarray(labels, dtype="<i8"))
+        h.update(np.asarray(table.sizes).astype("<i8").data)
+    h.update(np.ascontiguousarray(labels, dtype="<i8").data)
     return h.digest()[:16]
 
 

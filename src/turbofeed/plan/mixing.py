@@ -8,6 +8,8 @@ comes from ``default_rng([seed, epoch, _TAG, group])``. Shard ``k`` holds the gl
     epoch_size=7          visits  s2:[3 4]  s0:[0 1 2]  | s0:[0 2]      a pass + 2 (e.g.)
     resample=True         visits  s2:[3 4]  s2:[3 4]  s0:[0 1 2] ...   with replacement,
                                   each non-empty shard equally likely, last one cut
+                                  (streaming only: a loader that does not stream draws
+                                  resampled epochs lazily, :mod:`turbofeed.plan.resampled`)
 
 With ``groups=[0, 0, 1]`` and ``weights=[1, 3]``, an epoch of 5 samples takes quotas
 ``[1, 4]`` (largest remainder of 1.25 and 3.75): one sample of group 0, and group 1's 2
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from .resampled import ResampledEpoch
 
 _TAG = 0x6D6978  # "mix": keeps these draws apart from plan.order's default_rng([seed, epoch])
 
@@ -216,6 +220,14 @@ class EpochDraw:
     def size(self) -> int:
         """Samples in every epoch."""
         return int(np.sum(self.shard_sizes)) if self.epoch_size is None else int(self.epoch_size)
+
+    def resampled(self, *, seed: int, epoch: int) -> ResampledEpoch:
+        """The global order of ``epoch`` drawn lazily, position by position (with
+        ``resample``, outside streaming: :mod:`turbofeed.plan.resampled`)."""
+        draw_epoch(self.shard_sizes, seed=seed, epoch=epoch, groups=self.groups, weights=self.weights,
+                   epoch_size=0, resample=True)  # the same checks of sizes, groups and weights, nothing drawn
+        return ResampledEpoch(self.shard_sizes, seed=seed, epoch=epoch, size=self.size, groups=self.groups,
+                              weights=self.weights)
 
     def visits(self, *, seed: int, epoch: int) -> ShardVisits:
         """The samples of ``epoch`` (:func:`draw_epoch`)."""

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .mixing import EpochDraw
+from .resampled import ResampledRankOrder
+
+#: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one.
+Order = np.ndarray | ResampledRankOrder
 from .streaming import StreamLayout, stream_order, stream_rank_order
 
 
@@ -103,12 +107,14 @@ class EpochPlan:
     """This rank's epoch cut into batches.
 
     Attributes:
-        order: int64 sample ids in delivery order (see :func:`rank_order`).
+        order: int64 sample ids in delivery order (see :func:`rank_order`); for a
+            resampled epoch, a lazy sequence of them (:class:`ResampledRankOrder`:
+            ``len``, ``order[i]``, slices, iteration), never the whole array.
         batch_size: samples per batch; the last batch is smaller unless ``drop_last``.
         drop_last: drop the final partial batch.
     """
 
-    order: np.ndarray
+    order: Order
     batch_size: int
     drop_last: bool
 
@@ -147,7 +153,14 @@ def make_epoch_plan(
     """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
     of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
     (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
-    epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once."""
+    epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once.
+    A resampled epoch outside streaming is drawn lazily (:mod:`turbofeed.plan.resampled`):
+    memory and time do not grow with ``epoch_size``."""
+    if draw is not None and draw.resample and stream is None:
+        lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
+                                  drop_last=drop_last, start=start)
+        count_batches(len(lazy), batch_size, drop_last)  # validates batch_size
+        return EpochPlan(order=lazy, batch_size=batch_size, drop_last=drop_last)
     visits = None if draw is None else draw.visits(seed=seed, epoch=epoch)
     if stream is not None:
         full = stream_order(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +64,9 @@ class EpochSampler:
 
     def __iter__(self) -> Iterator[int]:
         loader = self._get()
-        return iter(loader._plan(loader._upcoming_epoch()).order.tolist())
+        order = loader._plan(loader._upcoming_epoch()).order
+        # an array as ints; a resampled epoch's lazy order yields ints itself, block by block
+        return iter(order.tolist()) if isinstance(order, np.ndarray) else iter(order)
 
     def set_epoch(self, epoch: int) -> None:
         self._get().set_epoch(epoch)

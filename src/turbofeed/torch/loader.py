@@ -112,12 +112,19 @@ class DataLoader(EpochBook, TorchDropIn):
             the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
         weights: mix several datasets: ``data`` is a list of datasets (folders, globs,
             ``s3://`` prefixes) and each gets this share of every epoch's samples
-            (exactly, by largest remainder), repeating its samples only when its share
-            exceeds its size. Deterministic per (seed, epoch) and resumable.
+            (exactly, by largest remainder; in expectation with ``resample``), repeating
+            its samples only when its share exceeds its size. Deterministic per (seed,
+            epoch) and resumable.
         epoch_size: samples per epoch (default: every sample once); with ``resample``,
             the length of each "epoch" of an infinite stream.
-        resample: draw shards with replacement (WebDataset's resampled shards): each
-            epoch is ``epoch_size`` samples of shards picked at random.
+        resample: draw with replacement: every position of the epoch is a sample drawn
+            at random (every sample of a dataset equally likely; the dataset by
+            ``weights``), a pure function of (seed, epoch, position) computed when it is
+            read, so any ``epoch_size`` (``2_000_000_000``) starts at once in memory that
+            does not grow with it (:mod:`turbofeed.plan.resampled`); the draws are in
+            random order already, whatever ``shuffle`` says. Streamed: whole
+            shards drawn with replacement (WebDataset's resampled shards), the epoch's
+            draw held in memory (8 bytes per sample).
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -216,6 +223,8 @@ class DataLoader(EpochBook, TorchDropIn):
         more: dict[str, Any] = {} if self.stream_layout is None else {"streaming": True}
         if self.draw is not None:
             more["draw"] = self.draw.fingerprint()
+            if self.draw.resample and self.stream_layout is None:  # drawn per position since #24
+                more["resampled"] = "per-position"
         return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
                                 drop_last=self.drop_last, **more)
 
