@@ -238,8 +238,10 @@ def test_empty_and_missing_inputs_give_clear_messages(tmp_path, tar_writer):
     with pytest.raises(turbofeed.DatasetError, match="no samples found in .*empty.tar"):
         turbofeed.DataLoader(empty)
     labels_only = tar_writer(str(tmp_path / "labels.tar"), [("a.cls", b"1"), ("b.cls", b"2")])
-    with pytest.raises(turbofeed.DatasetError, match="2 entries without a usable image"):
-        turbofeed.DataLoader(labels_only)
+    with pytest.raises(turbofeed.DatasetError, match=r"no samples found in .*labels.tar .*1 damaged or empty"):
+        turbofeed.DataLoader(labels_only)  # a shard without any image: reported, nothing to load
+    with pytest.raises(turbofeed.DatasetError, match="no samples .*2 keys, none with an image member"):
+        turbofeed.DataLoader(labels_only, on_error="raise")
     (tmp_path / "no_images").mkdir()
     with pytest.raises(turbofeed.DatasetError, match="no images found"):
         turbofeed.DataLoader(str(tmp_path / "no_images"))

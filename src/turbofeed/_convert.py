@@ -162,6 +162,9 @@ def to_tar(src: Any, dst: str, *, per_shard: int = 1000, format: str | None = No
 
 def _write_sample(ds: Dataset, gid: int, key: str, writer: ShardWriter) -> bool:
     source, i = ds.locate(gid)
+    if gid in ds.bad:  # no image member, or a bad label: nothing to convert
+        log.warning("turbofeed: convert: leaving out %s/%s: %s", source.path, source.table.keys[i], ds.bad[gid])
+        return False
     try:
         data = source.read(i)
         if isinstance(data, np.ndarray):

@@ -10,7 +10,7 @@ full one :func:`turbofeed.io.table.split_key` gives (lower case, ``seg.png`` for
 | the same, `as_mask=True` | `ndarray` (H, W) as stored | [2] |
 | `txt` | `str` | strict UTF-8, not stripped |
 | `json` | `object` | `json.loads`: dict, list, str, int, float, bool, None |
-| `cls` | `int` | the stripped text (`b" 7\\n"` -> 7) |
+| `cls` | `int` | the stripped text (`b" 7\\n"` -> 7), within int64 |
 | `npy` | `ndarray` | [3] |
 | anything else: `pth`, `mp4`, none | `bytes` | as stored |
 
@@ -212,9 +212,12 @@ def _decode_cls(ext: str, data: bytes) -> int:
     if not text:
         raise FieldError(ext, "is empty (expected an integer class id)")
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise FieldError(ext, f"is not an integer: {text[:40]!r}") from None
+    if not -(1 << 63) <= value < 1 << 63:  # batches hold class ids as int64
+        raise FieldError(ext, f"is outside the int64 range: {text[:40]!r}")
+    return value
 
 
 def _decode_npy(ext: str, data: bytes | memoryview) -> np.ndarray:

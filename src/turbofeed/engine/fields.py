@@ -206,10 +206,18 @@ class FieldReader:
         return error
 
     def _paired(self, gid: int, name: str, value: Any) -> np.ndarray:
+        """``value`` cut by the image's crop window and flip. It must have the image's
+        size: a mask of another size stretched onto the crop would agree with the image
+        only where the stretch happens to line up, so it is a bad sample instead."""
         found = self.work.last_window(gid)  # the image was decoded just before, in this thread
         if found is None or not isinstance(value, np.ndarray) or value.ndim not in (2, 3):
             why = "the image's window is unknown" if found is None else f"it decoded to {type(value).__name__}"
             raise self.work.error(gid, "augment", ValueError(f"field {name!r} is paired with the image but {why}"))
+        (height, width), image = value.shape[:2], found[1]
+        if (height, width) != tuple(image):
+            raise self.work.error(gid, "augment", ValueError(
+                f"field {name!r} is {width}x{height} but the image is {image[1]}x{image[0]} (width x height): "
+                "a paired field must have the image's size"))
         return nearest(value, *found)
 
 

@@ -23,7 +23,9 @@ class Stats:
         replaced: slots that got the next good sample instead of a bad one
             (``on_error="replace"``); a bad sample in two epochs fills two slots.
         skipped: bad samples dropped from their batch (``on_error="skip"``).
-        skipped_at_index: samples left out while indexing (no image member, bad label).
+        skipped_at_index: entries left out while indexing (a TFRecord record that is not an
+            Example, an array row without an image); a tar sample without an image or with a
+            bad label is a bad sample instead (counted in ``errors`` when met).
         bytes_read: encoded bytes fetched from storage (replacements and re-reads included).
         damaged_shards: shards reported while indexing (truncated or corrupt: used up to the
             damage; empty, unreadable or compressed with zstd: no samples; duplicate member

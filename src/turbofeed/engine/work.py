@@ -67,6 +67,9 @@ class SampleWork:
         source can (a memoryview of a mapped shard: for the native decoder only)."""
         started = time.perf_counter()
         data: bytes | memoryview | np.ndarray | None
+        bad = self.dataset.bad  # {gid: why}: bad whatever their bytes (no image, a bad label)
+        if gid in bad:
+            raise self.error(gid, "fetch", LookupError(bad[gid]))
         try:
             ext = None if self.image_exts is None else self._other_image_member(gid)
             if ext is not None:
@@ -93,7 +96,8 @@ class SampleWork:
         ext = pick_member(present, self.image_exts)
         if ext is None:
             raise self.error(gid, "fetch", LookupError(
-                f"no {';'.join(self.image_exts)} member for the image (the sample has {', '.join(present)})"))
+                f"no {';'.join(self.image_exts)} member for field 'image' (the sample has "
+                f"{', '.join(present) or 'no members'})"))
         return None if ext == source.table.image_ext(i) else ext
 
     def load(self, gid: int) -> Decoded:

@@ -106,7 +106,8 @@ class StrColumn(_Column):
 
 class JoinedColumn(_Column):
     """``keys[i] + "." + suffixes[ids[i]]``: image member names from their keys and the
-    table of suffixes as the names spell them (``"jpg"``, ``"JPEG"``, ``"seg.png"``)."""
+    table of suffixes as the names spell them (``"jpg"``, ``"JPEG"``, ``"seg.png"``); the
+    empty suffix gives ``""`` (a sample without an image member)."""
 
     __slots__ = ("_keys", "_ids", "_suffixes", "_n")
 
@@ -117,12 +118,13 @@ class JoinedColumn(_Column):
         self._n = len(keys)
 
     def _at(self, i: int) -> str:
-        return f"{self._keys._at(i)}.{self._suffixes[int(self._ids[i])]}"
+        suffix = self._suffixes[int(self._ids[i])]
+        return f"{self._keys._at(i)}.{suffix}" if suffix else ""
 
     def __iter__(self) -> Iterator[str]:
         suffixes = self._suffixes
         for key, j in zip(self._keys, self._ids.tolist()):
-            yield f"{key}.{suffixes[j]}"
+            yield f"{key}.{suffixes[j]}" if suffixes[j] else ""
 
 
 class LabelColumn(_Column):

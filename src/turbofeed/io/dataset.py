@@ -66,6 +66,10 @@ class Dataset:
 
     Attributes:
         index: the :class:`~turbofeed.io.dsindex.DatasetIndex` used, or None.
+        bad: ``{global id: why}``: samples that keep their id but are bad data for this
+            dataset's use (with ``labels``: a tar sample without an image member, or whose
+            label cannot be parsed or is outside int64); a loader fetching one gets a
+            :class:`~turbofeed.SampleError` through ``on_error``.
     """
 
     def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
@@ -116,11 +120,19 @@ class Dataset:
         self._start_list = self.starts.tolist()
         self.problems = [(s.path, key, why) for s in self.sources for key, why in s.table.problems]
         self.damaged = [s.path for s in self.sources if s.damage is not None]
-        if self.num_samples == 0:
+        # samples this loader cannot use (no image, a bad label): bad samples when fetched
+        self.bad = {start + row: why for start, s in zip(self._start_list, self.sources)
+                    for row, why in s.table.bad.items()}
+        if self.num_samples == len(self.bad):
             names = ", ".join(p for _, p in located[:3]) + (" ..." if len(located) > 3 else "")
             raise DatasetError(f"no samples found in {names} ({len(located)} source(s); "
-                               f"{len(self.problems)} entries without a usable image"
+                               f"{len(self.problems) + len(self.bad)} entries without a usable image or label"
                                + (f"; {len(self.damaged)} damaged or empty" if self.damaged else "") + ")")
+        if self.bad:
+            gid, why = next(iter(self.bad.items()))
+            log.warning("turbofeed: %d samples cannot be used as an image and a label (e.g. %s/%s: %s): "
+                        "each is a bad sample (on_error) when its turn comes", len(self.bad),
+                        *self.describe(gid), why)
         if self.use_labels:
             self.labels, self.class_names = label_ids(self.sources, self.classes)
         else:

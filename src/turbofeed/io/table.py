@@ -12,6 +12,7 @@ import numpy as np
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "tif", "tiff", "gif")
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 _JSON_LABEL_FIELDS = ("label", "cls", "class", "target")
+_INT64 = range(-(1 << 63), 1 << 63)
 
 Label = int | str | None
 
@@ -58,7 +59,8 @@ def parse_label(ext: str, payload: bytes) -> Label:
     sample, delivered with label -1, not a bad one).
 
     Raises:
-        ValueError: the payload is not a label (empty, bad JSON, a label of another type).
+        ValueError: the payload is not a label (empty, bad JSON, a label of another type,
+            an integer outside the int64 range that batches hold labels in).
     """
     text = payload.decode("utf-8").strip()
     if ext == "json":
@@ -70,15 +72,23 @@ def parse_label(ext: str, payload: bytes) -> Label:
             value = found[0]
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(f"JSON label {value!r} is neither an integer nor a class name")
-        return value
+        return _int64(value) if isinstance(value, int) else value
     if not text:
         raise ValueError("empty label")
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         if ext == "cls":
             raise ValueError(f".cls label {text[:40]!r} is not an integer") from None
         return text  # a .txt class name
+    return _int64(number)
+
+
+def _int64(value: int) -> int:
+    if value not in _INT64:
+        shown = str(value) if len(str(value)) <= 40 else f"{str(value)[:20]}...({len(str(value))} digits)"
+        raise ValueError(f"integer label {shown} is outside the int64 range")
+    return value
 
 
 def _int64s() -> np.ndarray:
@@ -122,7 +132,12 @@ class SampleTable:
         sizes: integer payload size in bytes (-1 when unknown until read).
         labels: raw label per sample: int, class name, or None (a list, or a
             :class:`~turbofeed.io.columns.LabelColumn`).
-        problems: (key, reason) for samples dropped while indexing (no image, bad label).
+        problems: (key, reason) for entries left out while indexing (not samples at all:
+            a record that is not a tf.train.Example, an array row without an image).
+        bad: row -> reason for samples kept in the table that are bad data for the loader
+            that asked (a tar sample without an image member, or with a label that cannot
+            be parsed, for a loader of images and labels): they keep their ids and fail
+            when fetched, through ``on_error``, never dropped unseen.
         member_start: integers, ``len(self) + 1`` (empty without members).
         member_ext: per member, its extension's position in ``member_exts`` (the
             smallest unsigned dtype that holds them: uint8 up to 256 extensions).
@@ -138,6 +153,7 @@ class SampleTable:
     sizes: np.ndarray = field(default_factory=_int64s)
     labels: Sequence[Label] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    bad: dict[int, str] = field(default_factory=dict)
     member_start: np.ndarray = field(default_factory=_int64s)
     member_ext: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     member_exts: tuple[str, ...] = ()

@@ -223,3 +223,62 @@ def test_a_record_without_the_image_is_a_problem(tmp_path):
     assert "non-bytes (int64) image feature" in problems["weird.jpg"]
     assert "not a tf.train.Example" in problems["00000004"]
     assert ds.sources[0].read(1) == small_jpeg(2)
+
+
+def _label_byte(label: int, flipped: int) -> int:
+    """Where the serialized Example of label ``label`` and the one of ``flipped`` differ
+    (a single byte: both labels are one-byte varints)."""
+    a, b = example(imagenet(1, label)), example(imagenet(1, flipped))
+    (at,) = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return at
+
+
+def test_a_flipped_bit_in_a_record_is_a_bad_sample_naming_file_and_record(tmp_path):
+    """Label 3 with one bit flipped reads as 7: the data CRC catches it, and the record is
+    a bad sample (the length CRC and every other record are intact)."""
+    pytest.importorskip("torch")
+    import turbofeed
+    from turbofeed import transforms as T
+    from turbofeed.errors import SampleError
+
+    path = write(tmp_path / "flip.tfrecord", [imagenet(0, 1), imagenet(1, 3), imagenet(2, 2)])
+    at = len(frame(example(imagenet(0, 1)))) + 12 + _label_byte(3, 7)
+    data = bytearray(open(path, "rb").read())
+    assert data[at] == 3
+    data[at] ^= 0x04  # 3 -> 7
+    open(path, "wb").write(bytes(data))
+    cache = str(tmp_path / "idx")
+    src = TFRecordSource(path, cache_dir=cache)
+    assert len(src.table) == 3 and src.damage is None and src.table.labels[1] != 7
+    with pytest.raises(ValueError, match="record 1 .*fails its data checksum"):
+        src.read(1)
+    with pytest.raises(SampleError, match=f"{path}/00000001: record 1 .*fails its data checksum"):
+        for _ in turbofeed.DataLoader(path, batch_size=3, num_workers=1, on_error="raise",
+                                      transform=[T.CenterCrop(32)], cache_dir=cache):
+            pass
+    loader = turbofeed.DataLoader(path, batch_size=3, num_workers=1, on_error="skip",
+                                  transform=[T.CenterCrop(32)], cache_dir=cache)
+    labels = [y for _, batch in loader for y in batch.tolist()]
+    assert labels == [1, 2] and loader.stats.skipped == 1
+    loader.close()
+
+
+def test_damage_after_indexing_is_caught_when_the_record_is_read(tmp_path, monkeypatch):
+    """A bit flipped in the image bytes of a mapped file after it was indexed and mapped:
+    no file identity check sees a mapped read, the record's CRC does. (With the default
+    ``pread`` a write in place changes the file's ctime: a StorageError; the CRC is what
+    catches bit rot that leaves the file's identity alone.)"""
+    monkeypatch.setenv("TURBOFEED_MMAP", "1")
+    path = write(tmp_path / "rot.tfrecord", [imagenet(s, s) for s in range(3)])
+    src = TFRecordSource(path, cache_dir=str(tmp_path / "idx"))
+    assert src.read(2) == small_jpeg(2) and bytes(src.view(2)) == small_jpeg(2)  # the file is open now
+    at = int(src.table.offsets[2]) + int(src.table.sizes[2]) // 2
+    with open(path, "r+b") as f:  # in place: the mapping shows the new bytes
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x10]))
+    for read in (src.read, src.view):
+        with pytest.raises(ValueError, match="record 2 .*fails its data checksum"):
+            read(2)
+    assert src.read(1) == small_jpeg(1)

@@ -148,8 +148,9 @@ def test_an_index_cached_by_the_old_version_is_rebuilt(laion_shards, tmp_path):
 
 
 def test_samples_dropped_while_indexing_take_their_members_along(tmp_path):
-    """A bad label, a sample without an image and a cut sample are dropped as before; the
-    member rows of the others stay aligned. The last copy of a repeated name is read."""
+    """A bad label and a sample without an image keep their rows (bad samples for a loader
+    of labels), a cut sample is dropped; the member rows stay aligned. The last copy of a
+    repeated name is read."""
     members = [("a.jpg", b"A"), ("a.cls", b"1"), ("a.txt", b"old"),
                ("b.jpg", b"B"), ("b.cls", b"not an int"),
                ("c.txt", b"no image"),
@@ -157,11 +158,11 @@ def test_samples_dropped_while_indexing_take_their_members_along(tmp_path):
                ("a.txt", b"new")]
     path = write_tar(str(tmp_path / "mixed.tar"), members)
     src = TarSource(path, cache_dir=str(tmp_path / "cache"))
-    assert src.table.keys == ["a", "d"]
-    assert sorted(k for k, _ in src.table.problems) == ["b", "c"]
+    assert src.table.keys == ["a", "b", "c", "d"] and sorted(src.table.bad) == [1, 2]
     assert src.member_exts(0) == ("jpg", "cls", "txt") and src.read_member(0, "txt") == b"new"
-    assert src.member_exts(1) == ("jpg", "cls", "json") and src.read_member(1, "json") == b'{"k": 4}'
-    assert src.table.labels == [1, 4]
+    assert src.member_exts(2) == ("txt",) and src.read_member(2, "txt") == b"no image"
+    assert src.member_exts(3) == ("jpg", "cls", "json") and src.read_member(3, "json") == b'{"k": 4}'
+    assert src.table.labels == [1, None, None, 4]
     src.close()
 
     data = open(path, "rb").read()
@@ -169,7 +170,7 @@ def test_samples_dropped_while_indexing_take_their_members_along(tmp_path):
     with open(cut, "wb") as f:  # cut inside d.json: d is dropped whole
         f.write(data[:_reference(path)["d"]["json"].offset_data + 4])
     src = TarSource(cut, cache_dir=str(tmp_path / "cache"))
-    assert src.damage is not None and src.table.keys == ["a"]
+    assert src.damage is not None and src.table.keys == ["a", "b", "c"]
     assert src.table.has_members and src.read_member(0, "txt") == b"old"
     src.close()
 

@@ -114,7 +114,7 @@ def test_txt_class_names_and_json_labels_through_dataset(tmp_path, tar_writer, o
     assert ds.labels.tolist() == [7, 9, 3, 5, -1]
 
 
-def test_samples_without_image_or_with_bad_labels_become_problems(tmp_path, tar_writer, odd_images):
+def test_samples_without_image_or_with_bad_labels_are_bad_samples(tmp_path, tar_writer, odd_images):
     jpg = odd_images["rgb"]
     path = tar_writer(str(tmp_path / "bad.tar"), [
         ("ok.jpg", jpg), ("ok.cls", b"1"),
@@ -126,12 +126,19 @@ def test_samples_without_image_or_with_bad_labels_become_problems(tmp_path, tar_
         ("floatjson.jpg", jpg), ("floatjson.json", b"1.5"),
     ])
     src = TarSource(path, cache_dir=str(tmp_path))
-    # JSON metadata without a label field (img2dataset/LAION) is an unlabelled sample, kept
-    assert src.table.keys == ["ok", "nofield"] and src.table.labels == [1, None]
-    problems = dict(src.table.problems)
-    assert set(problems) == {"noimg", "badcls", "emptycls", "badjson", "floatjson"}
-    assert "no image" in problems["noimg"] and ".cls" in problems["badcls"]
-    assert Dataset(path).problems[0][0] == path  # the dataset names the shard too
+    # every key keeps its place; JSON metadata without a label field (img2dataset/LAION)
+    # is an unlabelled sample, the others are bad samples for a loader of labels
+    keys = ["ok", "noimg", "badcls", "emptycls", "badjson", "nofield", "floatjson"]
+    assert src.table.keys == keys and src.table.problems == []
+    assert src.table.labels == [1, None, None, None, None, None, None]
+    bad = {keys[row]: why for row, why in src.table.bad.items()}
+    assert set(bad) == {"noimg", "badcls", "emptycls", "badjson", "floatjson"}
+    assert "no image member (has cls, json)" in bad["noimg"] and ".cls" in bad["badcls"]
+    ds = Dataset(path)
+    assert ds.bad == {1: bad["noimg"], 2: bad["badcls"], 3: bad["emptycls"], 4: bad["badjson"], 6: bad["floatjson"]}
+    assert ds.describe(1) == (path, "noimg")  # the dataset names the shard too
+    fields = TarSource(path, cache_dir=str(tmp_path), labels=False)  # a loader of fields: no label parsed
+    assert fields.table.keys == keys and fields.table.bad == {}
 
 
 def test_non_tar_files_are_reported_with_their_path(tmp_path, shard_paths):

@@ -120,3 +120,25 @@ def test_an_s3_index_cached_by_the_old_version_is_rebuilt(uploaded, tmp_path):
     with open(index_dir / name) as f:
         assert json.load(f)["version"] == INDEX_VERSION
     ds.close()
+
+
+@pytest.mark.parametrize("cache_max_bytes", [None, 1])
+def test_label_members_over_64_kib_are_read_when_the_dataset_opens(server, tmp_path, cache_max_bytes):
+    """A label member larger than the index inlines: read from the node cache's copy, or
+    with a ranged GET when the cache has no room, when a loader of labels opens."""
+    from builders import small_jpeg, tar_bytes
+
+    if cache_max_bytes is not None:
+        configure(S3Config(retry=FAST_RETRY, cache_max_bytes=cache_max_bytes))
+    members = []
+    for i in range(3):
+        ann = {"label": i + 4, "annotations": ["x" * 1000] * 80}
+        members += [(f"a{i}.jpg", small_jpeg(i)), (f"a{i}.json", json.dumps(ann).encode())]
+    client = S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test"))
+    url = f"s3://{BUCKET}/big/big-{cache_max_bytes}.tar"
+    client.put(url, tar_bytes(members))
+    client.close()
+    ds = Dataset(url)
+    assert ds.labels.tolist() == [4, 5, 6] and ds.bad == {}
+    assert json.loads(ds.read_member(1, "json"))["label"] == 5
+    ds.close()

@@ -21,43 +21,39 @@ import struct
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import google_crc32c
+
 from ..local.index import TarDamage
 
 
-def _crc_table() -> list[int]:
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _crc_table()
 _HEADER = struct.Struct("<QI")
+_CRC = struct.Struct("<I")
 _FLOAT = struct.Struct("<f")
 
 
 def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of ``data``, table-driven (pure Python: meant for short data)."""
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    """CRC-32C (Castagnoli) of ``data``, by the C library google-crc32c (about 5 us for
+    110 KB: cheap enough to check every record as it is read)."""
+    return google_crc32c.value(data)
 
 
-def masked_crc32c(data: bytes) -> int:
-    """The checksum TFRecord stores: :func:`crc32c` rotated right by 15 plus a constant."""
-    crc = crc32c(data)
+def mask(crc: int) -> int:
+    """TFRecord's mask of a CRC: rotated right by 15 plus a constant (mod 2**32)."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def masked_crc32c(data: bytes) -> int:
+    """The checksum TFRecord stores: :func:`crc32c` masked (:func:`mask`)."""
+    return mask(google_crc32c.value(data))
+
+
 class Records:
-    """The records of an open TFRecord file, in order, as ``(data offset, data)``; the
-    scan stops at the first damage, which ``damage`` then holds (a
+    """The records of an open TFRecord file, in order, as ``(data offset, data, stored
+    data CRC)``; the scan stops at the first damage, which ``damage`` then holds (a
     :class:`~turbofeed.io.local.index.TarDamage` at the record's start: a cut header or
-    payload, or a length CRC that does not match). The data CRC is not checked.
+    payload, or a length CRC that does not match: the records after it cannot be
+    found). The data CRC is left to the caller: a record with damaged data is one bad
+    sample, the records after it are intact.
 
     Args:
         f: the file, opened in binary mode, positioned at 0.
@@ -70,7 +66,7 @@ class Records:
         self.count = 0
         self.damage: TarDamage | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+    def __iter__(self) -> Iterator[tuple[int, bytes, int]]:
         pos, size = 0, self._size
         while pos < size:
             header = self._f.read(12)
@@ -88,11 +84,11 @@ class Records:
                                         f"at {size}")
                 return
             data = self._f.read(length)
-            self._f.seek(4, 1)  # the data CRC, not checked (see the module docstring)
-            if len(data) != length:  # the file shrank while being read
+            stored = self._f.read(4)
+            if len(data) != length or len(stored) != 4:  # the file shrank while being read
                 self.damage = TarDamage(pos, f"record {n}: short read ({len(data)} of {length} bytes)")
                 return
-            yield pos + 12, data
+            yield pos + 12, data, _CRC.unpack(stored)[0]
             self.count += 1
             pos = end
 

@@ -4,7 +4,7 @@
 
     offset 0    b"TFINDEX1", header offset (uint64 LE), header length (uint64 LE), zeros to 64
     offset 64   array 0, zeros to the next multiple of 64, array 1, ...
-    header      UTF-8 JSON: {"format": "turbofeed.index", "version": 1, "arrays":
+    header      UTF-8 JSON: {"format": "turbofeed.index", "version": 2, "arrays":
                 {name: {"dtype": "<u4", "offset": o, "count": n}}, "shards": [...], ...}
 
 The header comes last so the arrays can be streamed out before their offsets are all
@@ -27,7 +27,7 @@ from ...errors import DatasetError
 
 MAGIC = b"TFINDEX1"
 FORMAT = "turbofeed.index"
-VERSION = 1
+VERSION = 2  # 2: samples without an image and with label members over 64 KiB kept
 _ALIGN = 64
 _PREAMBLE = struct.Struct("<8sQQ")
 

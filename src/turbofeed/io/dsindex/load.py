@@ -19,7 +19,7 @@ import numpy as np
 
 from ..columns import JoinedColumn, LabelColumn, StrColumn
 from ..local.files import FileId
-from ..local.index import TarDamage, report_damage
+from ..local.index import TarDamage, report_damage, without_images
 from ..local.tar import TarSource
 from ..s3.shards import S3TarSource
 from ..source import Source
@@ -89,7 +89,7 @@ class DatasetIndex:
     def table(self, k: int, labels: bool = True) -> SampleTable:
         """Shard ``k``'s sample table, as :func:`~turbofeed.io.local.index.table_from_index`
         gives it from the per-shard index: views of the mapped arrays, no object per sample
-        (except for a shard with unparseable labels, whose table leaves those out)."""
+        (with ``labels``, the samples it cannot use are in ``table.bad``)."""
         a, shard = self.arrays, self.shards[k]
         s0, s1 = int(self.sample_start[k]), int(self.sample_start[k + 1])
         keys = StrColumn(a["key_blob"], a["key_end"][s0:s1], int(a["key_end"][s0 - 1]) if s0 else 0)
@@ -101,9 +101,15 @@ class DatasetIndex:
             problems=[(key, why) for key, why in shard["problems"]],
             member_start=a["member_start"][s0:s1 + 1], member_ext=a["member_ext"], member_exts=self._exts,
             member_offset=a["member_offset"], member_size=a["member_size"])
-        if labels and shard["bad_labels"]:
-            table = _without_bad_labels(table, shard["bad_labels"])
+        if labels:  # samples a loader of labels cannot use: bad samples when fetched
+            table.bad = {row: why for row, why in shard["bad"]}
         return table
+
+    def _usable(self, k: int, labels: bool) -> tuple[SampleTable, TarDamage | None]:
+        """Shard ``k``'s table and damage as a per-shard source gives them (a loader of
+        labels gets nothing from a shard without images: reported like an empty one)."""
+        table, damage = self.table(k, labels), self.damage(k)
+        return without_images(table, damage) if labels else (table, damage)
 
     def damage(self, k: int) -> TarDamage | None:
         found = self.shards[k]["damage"]
@@ -148,17 +154,18 @@ class DatasetIndex:
                 return None  # opened on its own, which says what is wrong
             if (st.st_size, st.st_mtime_ns) != (entry.get("size"), entry.get("mtime_ns")):
                 return None
-            return TarSource.indexed(path, FileId.of(st), self.table(k, opener.labels), self.damage(k),
-                                     samples=entry["samples"], on_damage=opener.on_damage)
+            table, damage = self._usable(k, opener.labels)
+            return TarSource.indexed(path, FileId.of(st), table, damage,
+                                     samples=len(table), on_damage=opener.on_damage)
         shards = opener.shards
         assert shards is not None, "an Opener makes the shards of every s3 path it is given"
         info = shards.infos[path]
         if (info.etag, info.size) != (entry.get("etag"), entry.get("size")):
             return None
-        damage = self.damage(k)
-        report_damage(damage, path, entry["samples"], opener.on_damage)
+        table, damage = self._usable(k, opener.labels)
+        report_damage(damage, path, len(table), opener.on_damage)
         source = S3TarSource(info, _NO_ROWS, shards, labels=opener.labels)
-        source.table = self.table(k, opener.labels)
+        source.table = table
         source.damage = damage
         return shards.adopt(source)
 
@@ -176,21 +183,3 @@ def _absolute(base: str, name: str) -> str:
     if "://" in base:
         return base + name
     return os.path.normpath(os.path.join(base, name))
-
-
-def _without_bad_labels(table: SampleTable, bad: list[list]) -> SampleTable:
-    """``table`` less the samples whose label could not be parsed, each a problem after
-    the shard's others (as the per-shard path lists them); built with lists, since this
-    is the rare shard with such labels."""
-    drop = {row for row, _ in bad}
-    keep = [i for i in range(len(table)) if i not in drop]
-    starts = table.member_start
-    rows = np.concatenate([np.arange(int(starts[i]), int(starts[i + 1])) for i in keep] or [np.zeros(0, np.int64)])
-    counts = np.array([int(starts[i + 1]) - int(starts[i]) for i in keep], np.int64)
-    return SampleTable(
-        keys=[table.keys[i] for i in keep], image_names=[table.image_names[i] for i in keep],
-        offsets=table.offsets[keep], sizes=table.sizes[keep], labels=[table.labels[i] for i in keep],
-        problems=list(table.problems) + [(table.keys[row], why) for row, why in bad],
-        member_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        member_ext=table.member_ext[rows], member_exts=table.member_exts,
-        member_offset=table.member_offset[rows], member_size=table.member_size[rows])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..columns import BAD, INT, NAME, NONE
-from ..local.index import TarDamage, label_of, no_samples, sample_rows, scan_members
+from ..local.index import TarDamage, label_of, no_image, no_samples, sample_rows, scan_members
 from ..local.tarscan import Window
 
 
@@ -32,7 +32,9 @@ class ShardPart:
     :func:`join` renumbers them.
 
     Attributes:
-        entry: the shard's header entry (identity, counts, problems, damage, bad labels).
+        entry: the shard's header entry (identity, counts, problems, damage, and ``bad``:
+            ``[row, why]`` of the samples a loader of labels cannot use: no image
+            member, or a label that cannot be parsed).
     """
 
     entry: dict
@@ -66,7 +68,7 @@ def local_part(path: str) -> ShardPart:
 def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
                pread: Callable[[int, int], bytes]) -> ShardPart:
     """The part of a shard whose members :func:`scan_members` found (labels read with
-    ``pread(size, offset)``)."""
+    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels)."""
     problems: list[tuple[str, str]] = []
     bad: list[list] = []
     keys: list[bytes] = []
@@ -77,22 +79,26 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
     suffixes: dict[str, int] = {}
     names: dict[str, int] = {}
     exts: dict[str, int] = {}
-    for key, image, group, label_raw in sample_rows(members, pread, problems):
-        name, at, nbytes = members[image]
+    for key, image, group, label_raw in sample_rows(members, pread):
+        name, at, nbytes = ("", 0, 0) if image is None else members[image]
         keys.append(key.encode("utf-8", "surrogateescape"))
-        suffix.append(suffixes.setdefault(name[len(key) + 1:], len(suffixes)))
+        suffix.append(suffixes.setdefault(name[len(key) + 1:], len(suffixes)))  # "": no image
         offset.append(at)
         size.append(nbytes)
         kind, value = NONE, 0
-        if label_raw is not None:
-            label, problem = label_of(label_raw)
+        problem: str | None
+        if image is None:  # its label is not read: a bad sample's label counts for nothing
+            kind, problem = BAD, no_image(group)
+        else:
+            label, problem = label_of(label_raw, pread)
             if problem is not None:
                 kind = BAD
-                bad.append([len(keys) - 1, problem])
             elif isinstance(label, str):
                 kind, value = NAME, names.setdefault(label, len(names))
             elif label is not None:
                 kind, value = INT, label
+        if problem is not None:
+            bad.append([len(keys) - 1, problem])
         kinds.append(kind)
         values.append(value)
         counts.append(len(group))
@@ -102,7 +108,7 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
             m_size.append(members[i][2])
     damage = no_samples(damage, len(members), len(keys))
     entry = {"samples": len(keys), "members": len(m_ext), "problems": problems,
-             "damage": None if damage is None else damage.as_list(), "bad_labels": bad}
+             "damage": None if damage is None else damage.as_list(), "bad": bad}
     arrays = {name: narrow(np.array(values, np.int64)) for name, values in {**rows, **cols}.items()}
     return ShardPart(entry, b"".join(keys), np.fromiter(map(len, keys), np.int64, count=len(keys)),
                      suffixes=suffixes, names=names, exts=exts, **arrays)
@@ -111,7 +117,7 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
 def unindexed_part(**identity) -> ShardPart:
     """A shard the dataset index lists without its samples (compressed, or an empty
     object): loaders open it on its own, as without the index."""
-    return ShardPart(entry={"samples": 0, "members": 0, "problems": [], "damage": None, "bad_labels": [],
+    return ShardPart(entry={"samples": 0, "members": 0, "problems": [], "damage": None, "bad": [],
                             "per_shard": True, **identity})
 
 

@@ -2,11 +2,13 @@
 
 The index is built from the 512-byte headers only (a fast walk over them,
 :mod:`turbofeed.io.local.tarscan`, or ``tarfile`` for shards it does not take);
-small label members are read while indexing so labels cost no I/O later. It records
-every member of each sample (extension, payload offset and size), not only the image:
-the JSON holds ``rows`` (one ``[key, image name, image offset, image size, label]`` per
-sample), ``members`` (per row, its ``[ext, offset, size]`` in storage order),
-``problems`` and ``damage``. It is cached
+label members up to 64 KiB are read while indexing so labels cost no I/O later (larger
+ones, such as per-sample annotation JSON, are read from the shard only by a loader that
+parses labels). It records every sample (every key, with or without an image member:
+text and embedding datasets have none) and every member of each (extension, payload
+offset and size): the JSON holds ``rows`` (one ``[key, image name, image offset, image
+size, label]`` per sample; image name ``""`` without an image), ``members`` (per row,
+its ``[ext, offset, size]`` in storage order), ``problems`` and ``damage``. It is cached
 as JSON under the cache directory, keyed by the shard's absolute path and checked
 against the file's identity (device, inode, size, mtime_ns, ctime_ns: see
 :class:`turbofeed.io.local.files.FileId`), so a shard replaced by rename or rewritten in
@@ -38,9 +40,12 @@ log = logging.getLogger("turbofeed")
 
 # 2: damaged headers detected; 3: keyed by file identity, duplicate member names
 # reported, JSON without a label field is an unlabelled sample; 4: every member of a
-# sample recorded ("members")
-INDEX_VERSION = 4
-_MAX_LABEL_BYTES = 64 * 1024
+# sample recorded ("members"); 5: samples without an image and with label members over
+# 64 KiB recorded (no longer dropped)
+INDEX_VERSION = 5
+#: Label members up to this size are read while indexing, their text kept in the index;
+#: larger ones are recorded as ``[ext, None, offset, size]`` and read when a label is asked.
+INLINE_LABEL_BYTES = 64 * 1024
 #: Names of tar shards, plain or compressed (zstd is recognised only to be reported).
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
@@ -172,35 +177,33 @@ def scan_members(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDama
     return members, damage or duplicates
 
 
-def sample_rows(members: list[tuple[str, int, int]], pread: Callable[[int, int], bytes],
-                problems: list[tuple[str, str]]) -> Iterator[tuple[str, int, dict[str, int], list | None]]:
-    """``(key, image member, {ext: member}, raw label)`` of each sample of ``members`` (as
-    :func:`scan_members` gives them), in storage order; the raw label is ``[ext, text]``
-    of its label member, or None. Samples without an image, or with a label member over
-    64 KiB, are appended to ``problems`` instead. ``pread(size, offset)`` reads labels."""
+def sample_rows(members: list[tuple[str, int, int]],
+                pread: Callable[[int, int], bytes]) -> Iterator[tuple[str, int | None, dict[str, int], list | None]]:
+    """``(key, image member or None, {ext: member}, raw label)`` of every sample of
+    ``members`` (as :func:`scan_members` gives them), in storage order; the raw label is
+    ``[ext, text]`` of its label member (read with ``pread(size, offset)``), ``[ext,
+    None, offset, size]`` for one over :data:`INLINE_LABEL_BYTES` (not read), or None."""
     for key, group in group_members([m[0] for m in members]).items():
-        image = pick_image(group)
-        if image is None:
-            problems.append((key, f"no image member (has {sorted(group)})"))
-            continue
         label_raw = None
         found = pick_label_member(group)
         if found is not None:
             ext, i = found
             _, offset, size = members[i]
-            if size > _MAX_LABEL_BYTES:
-                problems.append((key, f"label member .{ext} is {size} bytes"))
-                continue
-            label_raw = [ext, pread(size, offset).decode("utf-8", "replace")]
-        yield key, image, group, label_raw
+            label_raw = [ext, None, offset, size] if size > INLINE_LABEL_BYTES else \
+                [ext, pread(size, offset).decode("utf-8", "replace")]
+        yield key, pick_image(group), group, label_raw
+
+
+def no_image(group: dict[str, int]) -> str:
+    """Why a sample without an image member is bad for a loader of images and labels."""
+    return f"no image member (has {', '.join(sorted(group)) or 'no members'})"
 
 
 def no_samples(damage: TarDamage | None, members: int, samples: int) -> TarDamage | None:
     """``damage``, or why a shard without damage has no samples (then it is reported too)."""
     if samples or damage is not None:
         return damage
-    return TarDamage(0, f"no samples ({members} members, none a usable image)"
-                     if members else "no members (an empty tar)", cut=False)
+    return TarDamage(0, "no members (an empty tar)", cut=False)
 
 
 def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
@@ -209,13 +212,27 @@ def _rows(members: list[tuple[str, int, int]], damage: TarDamage | None,
     rows: list[list] = []
     row_members: list[list] = []
     problems: list[tuple[str, str]] = []
-    for key, image, group, label_raw in sample_rows(members, pread, problems):
-        name, offset, size = members[image]
+    for key, image, group, label_raw in sample_rows(members, pread):
+        name, offset, size = ("", 0, 0) if image is None else members[image]
         rows.append([key, name, offset, size, label_raw])
         row_members.append([[ext, members[i][1], members[i][2]] for ext, i in group.items()])
     damage = no_samples(damage, len(members), len(rows))
     return {"rows": rows, "members": row_members, "problems": problems,
             "damage": None if damage is None else damage.as_list()}
+
+
+def without_images(table: SampleTable, damage: TarDamage | None) -> tuple[SampleTable, TarDamage | None]:
+    """For a loader of images and labels: a shard none of whose samples has an image
+    member holds nothing it can use: an empty table, reported like an empty shard
+    (``(table, damage)`` as they are otherwise)."""
+    if damage is not None or not len(table) or len(table.bad) < len(table) or any(table.image_names):
+        return table, damage
+    return SampleTable(problems=table.problems), TarDamage(
+        0, f"no samples ({len(table)} keys, none with an image member)", cut=False)
+
+
+def _no_read(size: int, offset: int) -> bytes:
+    raise ValueError(f"a label member of {size} bytes, and no way to read it here")
 
 
 def _cache_path(cache_dir: str, path: str) -> str:
@@ -257,38 +274,53 @@ def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -
     return index
 
 
-def label_of(raw: list | None) -> tuple[Label, str | None]:
-    """``(label, None)`` of an index's raw label (``[ext, text]`` or None), or ``(None,
-    why)`` when it cannot be parsed (the sample is a problem, not a sample)."""
+def label_of(raw: list | None, read: Callable[[int, int], bytes]) -> tuple[Label, str | None]:
+    """``(label, None)`` of an index's raw label (``[ext, text]``, ``[ext, None, offset,
+    size]`` read with ``read(size, offset)``, or None), or ``(None, why)`` when it cannot
+    be parsed (for a loader of labels, a bad sample)."""
     if raw is None:
         return None, None
-    ext, text = raw
+    ext, text = raw[0], raw[1]
     try:
-        return parse_label(ext, text.encode()), None
-    except ValueError as exc:
+        payload = read(raw[3], raw[2]) if text is None else text.encode()
+        return parse_label(ext, payload), None
+    except (ValueError, UnicodeDecodeError) as exc:
         return None, f"bad .{ext} label: {exc}"
 
 
-def table_from_index(index: dict, *, labels: bool = True) -> SampleTable:
-    """The sample table of a tar index: one row per sample with a usable label, with all
-    its members; samples whose label cannot be parsed become problems (local and s3://
-    shards alike). Without ``labels`` (a loader asking for fields: a ``.txt`` is a
-    caption, not a class name) no label is parsed and every indexed sample is kept."""
+def table_from_index(index: dict, *, labels: bool = True,
+                     read: Callable[[int, int], bytes] | None = None) -> SampleTable:
+    """The sample table of a tar index: one row per sample, with all its members (local
+    and s3:// shards alike). With ``labels`` (a loader of images and labels) labels are
+    parsed (those over 64 KiB read now with ``read(size, offset)``), and a sample
+    without an image member or whose label cannot be parsed is in ``table.bad`` (a bad
+    sample when fetched). Without ``labels`` (a loader asking for fields: a ``.txt`` is a
+    caption, not a class name) no label is parsed and every sample is good as far as
+    the table knows (its fields are checked when read)."""
     problems: list[tuple[str, str]] = [(p[0], p[1]) for p in index["problems"]]
-    keys, names, raw_labels = [], [], []
+    keys: list[str] = []
+    names: list[str] = []
+    raw_labels: list[Label] = []
     offsets, sizes, members = [], [], []
+    bad: dict[int, str] = {}
     for (key, name, offset, size, label_raw), kept in zip(index["rows"], index["members"], strict=True):
-        label, problem = label_of(label_raw) if labels else (None, None)
-        if problem is not None:
-            problems.append((key, problem))
-            continue
+        if labels:
+            problem: str | None
+            if not name:  # its label is not read: a bad sample's label counts for nothing
+                label, problem = None, no_image({m[0]: 0 for m in kept})
+            else:
+                label, problem = label_of(label_raw, read or _no_read)
+            if problem is not None:
+                bad[len(keys)] = problem
+        else:
+            label = None
         keys.append(key)
         names.append(name)
         raw_labels.append(label)
         offsets.append(offset)
         sizes.append(size)
         members.append(kept)
-    table = SampleTable(keys=keys, image_names=names, labels=raw_labels, problems=problems,
+    table = SampleTable(keys=keys, image_names=names, labels=raw_labels, problems=problems, bad=bad,
                         offsets=np.asarray(offsets, dtype=np.int64), sizes=np.asarray(sizes, dtype=np.int64))
     table.set_members(members)
     return table

@@ -18,7 +18,7 @@ from ..table import SampleTable
 from .compressed import PlainCopy, compression_of, local_plain_copy, node_cache
 from .files import FILES, FileId, FileRef, file_id, views_enabled
 from .index import (TarDamage, _build_index, _cache_path, cached_index, default_cache_dir, load_index,
-                    report_damage, table_from_index, unreadable_index)
+                    report_damage, table_from_index, unreadable_index, without_images)
 
 if TYPE_CHECKING:
     from ..s3.config import S3Config
@@ -58,9 +58,12 @@ class TarSource(Source):
         # the shard as it was indexed: reads check it (a compressed shard's when its copy
         # is made), and a change re-indexes (changed())
         self.file = FileRef(path, FileId(**index["file"]))
-        self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
-        report_damage(self.damage, path, len(index["rows"]), on_damage)
-        self.table = table_from_index(index, labels=labels)
+        damage = None if index["damage"] is None else TarDamage(*index["damage"])
+        self.table = table_from_index(index, labels=labels, read=lambda size, offset: self._pread(offset, size))
+        if labels:
+            self.table, damage = without_images(self.table, damage)
+        self.damage = damage
+        report_damage(damage, path, len(self.table), on_damage)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
 
     def _compressed_index(self, identity: FileId, cache_dir: str, s3: S3Config | None) -> dict:

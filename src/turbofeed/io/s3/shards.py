@@ -48,7 +48,7 @@ from ...engine.executor import Executor, ExecutorClosed
 from ...errors import DatasetError, StorageError
 from ..local.files import FILES
 from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, report_damage,
-                          table_from_index, unreadable_index)
+                          table_from_index, unreadable_index, without_images)
 from ..retry import RemoteError
 from ..source import Source
 from .cache import ShardCache, object_name
@@ -308,10 +308,13 @@ class S3TarSource(Source):
         self._shards = shards
         self._name = _cache_name(info)
         self._local: str | None = shards.cache.lookup(self._name)
-        self.damage = None if index["damage"] is None else TarDamage(*index["damage"])
-        report_damage(self.damage, self.path, len(index["rows"]), on_damage)
-        self.table = table_from_index(index, labels=labels)
         self.plain = plain  # a compressed object's copy: never prefetched nor streamed as an object
+        damage = None if index["damage"] is None else TarDamage(*index["damage"])
+        self.table = table_from_index(index, labels=labels, read=lambda size, offset: self._read(offset, size))
+        if labels:
+            self.table, damage = without_images(self.table, damage)
+        self.damage = damage
+        report_damage(damage, self.path, len(self.table), on_damage)
 
     def read(self, i: int) -> bytes:
         return self._read(int(self.table.offsets[i]), int(self.table.sizes[i]))
