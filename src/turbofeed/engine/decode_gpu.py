@@ -18,7 +18,7 @@ import torch
 
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from .gpu import cpu_decode, decode_job, header_window, resize_batch
+from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -83,7 +83,11 @@ class GpuDecode:
     def fill(self, gid: int, buffer: list[Any], j: int) -> None:
         """Fetch the bytes and, with a transform, choose the window from the header."""
         data = self.work.fetch(gid)
-        window = None if self.transform is None else header_window(self.work, gid, data, self.transform)
+        if self.transform is None:
+            refuse_damage(self.work, gid, data)  # as header_window does with a transform
+            window = None
+        else:
+            window = header_window(self.work, gid, data, self.transform)
         buffer[j] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]))
 
     # -- the consumer's side -------------------------------------------------------------

@@ -15,6 +15,7 @@ from ..decode import decode, is_jpeg, max_pixels, native, probe
 from ..errors import ImageTooLarge, SampleError
 from ..io import Dataset, pick_member
 from ..transforms import Compose, Window, resample, write_slot
+from .checked import CHECKED
 from .slots import Slot
 from .stats import Stats
 
@@ -123,7 +124,12 @@ class SampleWork:
             size = None
         else:
             return None
-        kernel: Callable[..., None] = native.resize if size is not None else native.crop_resize
+        kernel: Callable[..., None] = native.resize
+        extra: dict[str, bool] = {}
+        if size is None:  # a JPEG: its whole scan is checked the first time it is seen (engine/checked.py)
+            source, index = self.dataset.locate(gid)
+            check = not CHECKED.intact(source, index)
+            kernel, extra = native.crop_resize, {"check_scan": check}
         started = time.perf_counter()
         try:
             height, width = size or native.header(data)[:2]
@@ -131,17 +137,17 @@ class SampleWork:
             spec = transform.output
             if out is None:
                 out = np.empty((window.height, window.width, 3), np.uint8)
-                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels)
+                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels, **extra)
             elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
                 return None
             elif spec is None or out.dtype == np.float32:
                 kernel(data, window.box, out, flip=window.flip, channels_first=channels_first,
                        offset=None if spec is None else spec.offset,
-                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels)
+                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels, **extra)
             else:  # float16/float64: through a uint8 scratch, converted by numpy
                 pixels = native.scratch(window.height, window.width)
                 kernel(data, window.box, pixels, flip=window.flip, channels_first=False,
-                       max_pixels=self.max_pixels)
+                       max_pixels=self.max_pixels, **extra)
                 write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
         except ImageTooLarge as exc:  # a bad sample: the general path would decode it all
             raise self.error(gid, "decode.cpu", exc) from exc
@@ -151,6 +157,8 @@ class SampleWork:
             raise self.error(gid, "decode.cpu", exc) from exc
         finally:
             self.stats.add_times(decode_cpu=time.perf_counter() - started)
+        if extra.get("check_scan"):
+            CHECKED.mark(source, index, len(source.table))
         return Decoded(out, window.flip, int(self.dataset.labels[gid]))
 
     def _decode(self, gid: int, data: bytes | np.ndarray) -> Decoded:
