@@ -14,7 +14,8 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from ..decode import check_pixels, decode, is_jpeg, probe, scan
+from ..decode import check_pixels, is_jpeg, probe, scan
+from ..decode.orientation import upright_size
 from ..decode.cpu import as_rgb
 from .checked import CHECKED
 from .policy import ErrorPolicy, PassPolicy
@@ -31,8 +32,9 @@ def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)
 
 
-def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose) -> Window:
-    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng.
+def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose, tag: int = 1) -> Window:
+    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng,
+    on the image turned upright by EXIF orientation ``tag`` (:meth:`SampleWork.orientation`).
 
     A JPEG's entropy-coded data is checked here the first time the sample is seen (and
     remembered intact, :mod:`turbofeed.engine.checked`): the GPU decoders may decode a
@@ -48,7 +50,7 @@ def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transfor
         check_pixels(info.height, info.width, work.max_pixels)
         if info.format == "jpeg" and not isinstance(data, np.ndarray):
             check_once(work, gid, data)
-        return work.window(gid, info.height, info.width, transform)
+        return work.window(gid, *upright_size(info.height, info.width, tag), transform)
     except Exception as exc:
         raise work.error(gid, "decode.gpu", exc) from exc
 
@@ -90,7 +92,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     """Fetch and decode sample ``gid`` on the CPU (the fallback for an image the GPU refused).
 
     Returns:
-        (data, window chosen from the decoded size or None without ``transform``,
+        (data, window chosen from the decoded (upright) size or None without ``transform``,
         (3, H, W) uint8 tensor on ``device``).
 
     Raises:
@@ -98,7 +100,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     """
     data = work.fetch(gid)
     try:
-        pixels = decode(data, max_pixels=work.max_pixels)  # read once per epoch, not per image
+        pixels = work.decode_upright(data)  # upright when the loader applies EXIF orientation
         height, width = pixels.shape[:2]
         window = None if transform is None else work.window(gid, height, width, transform)
     except Exception as exc:

@@ -134,6 +134,10 @@ class Pipeline:
             :class:`turbofeed.DataLoader`).
         fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
+        apply_exif_orientation: turn images upright by their EXIF Orientation tag (1-8)
+            before any crop, on every decode path, as ``ImageOps.exif_transpose`` does
+            (torchvision's name; default False, as torchvision and Pillow). See
+            :class:`turbofeed.DataLoader`.
 
     Example::
 
@@ -157,7 +161,8 @@ class Pipeline:
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
-                 map: Callable[[dict], dict] | None = None) -> None:
+                 map: Callable[[dict], dict] | None = None, apply_exif_orientation: bool = False) -> None:
+        self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
@@ -203,7 +208,8 @@ class Pipeline:
                                world_size=self.world_size)
         image_field = None if self.fields is None else self.fields.image()
         work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch,
-                          image_exts=None if image_field is None else image_field.exts)
+                          image_exts=None if image_field is None else image_field.exts,
+                          orient=self.apply_exif_orientation)
         policy = self._policy.for_pass()
         # The stages run on the worker threads: they must not hold ``self``, or the
         # threads would keep a dropped Pipeline (and themselves) alive.

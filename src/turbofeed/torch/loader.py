@@ -107,6 +107,12 @@ class DataLoader(EpochBook, TorchDropIn):
             the length of each "epoch" of an infinite stream.
         resample: draw shards with replacement (WebDataset's resampled shards): each
             epoch is ``epoch_size`` samples of shards picked at random.
+        apply_exif_orientation: turn each image upright by its EXIF Orientation tag
+            (1-8, as ``PIL.ImageOps.exif_transpose`` does) before the crop window is
+            chosen, on every decode path (torchvision's name; default False, as
+            torchvision and Pillow: pixels as stored). The native crop decoder maps the
+            window onto the stored pixels and turns only its output (within 1 level of
+            Pillow's resize of the turned image); the GPU path turns each decoded image.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -134,7 +140,9 @@ class DataLoader(EpochBook, TorchDropIn):
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
-                 epoch_size: int | None = None, resample: bool = False) -> None:
+                 epoch_size: int | None = None, resample: bool = False,
+                 apply_exif_orientation: bool = False) -> None:
+        self.apply_exif_orientation = apply_exif_orientation
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
