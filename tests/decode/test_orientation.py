@@ -140,6 +140,12 @@ def test_pipeline_full_images_come_upright(rotated_shard, stand_in_decoder):
                 assert np.array_equal(s.get_image(), reference(data)), (s.key, gpu)
 
 
+def test_pipeline_without_decoding_turns_on_demand(rotated_shard):
+    with turbofeed.Pipeline(rotated_shard, num_workers=1, decode_jpeg=False, apply_exif_orientation=True) as pipe:
+        for s in pipe:
+            assert np.array_equal(s.get_image(), reference(s.data)), s.key
+
+
 def test_off_by_default_pixels_as_stored(rotated_shard):
     with turbofeed.Pipeline(rotated_shard, num_workers=1) as pipe:
         assert {s.get_image().shape for s in pipe} == {(60, 100, 3)}

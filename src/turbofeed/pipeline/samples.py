@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import decode
+from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
 from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
@@ -34,7 +35,8 @@ class Sample:
 
     ``data`` holds the encoded bytes (the uint8 pixels for the array formats: HDF5,
     Zarr, .npy) when the pipeline does not decode (``decode_jpeg=False``);
-    ``get_image()`` then decodes on demand. ``tensor`` holds
+    ``get_image()`` then decodes on demand (upright when ``orient``: the pipeline's
+    ``apply_exif_orientation``). ``tensor`` holds
     the (H, W, 3) torch tensor on the decoder's device when the pipeline decoded on the
     GPU (``gpu_decode``); with a transform it is a view of its chunk's batched output.
     """
@@ -46,6 +48,7 @@ class Sample:
     image: np.ndarray | None = field(default=None, repr=False)
     tensor: Any = field(default=None, repr=False)
     fields: dict[str, Any] = field(default_factory=dict, repr=False)
+    orient: bool = field(default=False, repr=False)
 
     def __getitem__(self, name: str) -> Any:
         """A field by name: ``"image"`` (:meth:`get_image`), ``"__key__"``, ``"__url__"``,
@@ -75,7 +78,9 @@ class Sample:
             elif self.data is None:
                 raise ValueError(f"sample {self.shard}/{self.key} has no image data")
             else:
-                self.image = decode(self.data)
+                image = decode(self.data)
+                tag = orientation(self.data) if self.orient else 1
+                self.image = image if tag == 1 else np.ascontiguousarray(upright(image, tag))
         return self.image
 
     def get_gpu_tensor(self, device: Any = None) -> Any:
@@ -221,9 +226,11 @@ class Pipeline:
             sample.image = hwc_pixels(loaded.pixels, flip=loaded.flip, output=output)
             return sample
 
+        orient = self.apply_exif_orientation
+
         def with_bytes(gid: int, data: bytes | np.ndarray) -> Sample:
             sample = make_sample(gid)
-            sample.data = data
+            sample.data, sample.orient = data, orient
             return sample
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
