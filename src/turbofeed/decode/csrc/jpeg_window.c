@@ -8,12 +8,12 @@
  * Pillow's resize of the half-size decode, not of the full one.
  *
  * Damage: with check, the entropy-coded data is checked whatever the crop. After the
- * last row the filter reads, the rest of the scan is consumed (jpeg_skip_scanlines: Huffman decoding
- * only, no IDCT, to the last row; that row read; jpeg_finish_decompress reads on to
- * EOI), so damage below the window is seen as well as damage above it (rows above it are
- * always entropy-decoded by jpeg_skip_scanlines). Callers check a sample the first time
- * they see it, then remember it is intact, so it is good or bad in every epoch, not only
- * when its crop reaches the damage.
+ * last row the filter reads, the rest of the scan is consumed (finish_scan: Huffman
+ * decoding only, no IDCT, down to the last row; that row read; then on to EOI), so
+ * damage below the window is seen as well as damage above it (the rows above are always
+ * entropy-decoded by jpeg_skip_scanlines). Callers check a sample the first time they
+ * see it and remember it intact (engine/checked.py), so it is good or bad in every
+ * epoch, not only when its crop reaches the damage.
  *
  * Errors: libjpeg errors, and its warnings that mean damaged data (is_damage: in the
  * scan, or a premature end), are RC_JPEG with libjpeg's message. Warnings before the
