@@ -16,7 +16,7 @@ from PIL import Image
 
 from builders import encode
 from image_cases import cut_scan, junk_before_marker, ones_in_scan, textured
-from turbofeed.decode import decode, decode_jpeg, decode_pillow, native, scan
+from turbofeed.decode import decode, decode_jpeg, decode_mask, decode_pillow, native, scan
 
 needs_native = pytest.mark.skipif(not native.available(), reason="turbofeed.decode._crop is not built")
 
@@ -123,3 +123,12 @@ def test_progressive_damage_is_seen_at_any_window():
     if native.available():
         with pytest.raises(ValueError):
             crop(damaged, TOP)
+
+
+def test_a_damaged_grey_jpeg_mask_is_refused():
+    """Masks keep their stored values through Pillow (decode_mask), which would fill a
+    damaged scan with grey: the scan is checked there too."""
+    grey = encode(Image.fromarray(textured()[:, :, 0]), quality=90)
+    assert decode_mask(grey).shape == (240, 320)
+    with pytest.raises(ValueError, match="damaged JPEG: Corrupt JPEG data"):
+        decode_mask(cut_scan(grey))
