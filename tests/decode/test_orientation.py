@@ -121,11 +121,12 @@ def test_sample_work_turns_the_crop_upright(rotated_shard, native_path):
         assert np.abs(pixels.astype(int) - want[tag]).max() <= 1, tag
 
 
-@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu-stand-in"])
+@pytest.mark.parametrize("gpu", [False, True, "hybrid"], ids=["cpu", "gpu-stand-in", "hybrid"])
 def test_loader_applies_exif_orientation(rotated_shard, gpu, stand_in_decoder):
     transform = T.imagenet_train(24, scale=(0.2, 0.6))
     loader = turbofeed.DataLoader(rotated_shard, batch_size=8, num_workers=2, transform=transform,
-                                  apply_exif_orientation=True, gpu_decode=stand_in_decoder if gpu else False)
+                                  apply_exif_orientation=True, gpu_decode=stand_in_decoder if gpu else False,
+                                  hybrid=gpu == "hybrid")
     images, labels = next(iter(loader))
     want = expected(rotated_shard, transform)
     for image, tag in zip(images.numpy(), labels.tolist()):
@@ -163,3 +164,16 @@ def stand_in_decoder():
             return [torch.from_numpy(np.ascontiguousarray(decode(bytes(d)).transpose(2, 0, 1))) for d in datas]
 
     return StandIn()
+
+
+def test_normalised_output_is_turned_too(rotated_shard):
+    """Float slots (Normalize) go through the same turned window: the normalised batch is
+    the uint8 batch, normalised."""
+    kw = dict(batch_size=8, num_workers=2, apply_exif_orientation=True)
+    raw, _ = next(iter(turbofeed.DataLoader(rotated_shard, transform=T.imagenet_train(24, scale=(0.2, 0.6)), **kw)))
+    normed, _ = next(iter(turbofeed.DataLoader(rotated_shard, transform=T.imagenet_train(24, scale=(0.2, 0.6),
+                                                                                         normalize=True), **kw)))
+    mean = torch.tensor(T.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(T.IMAGENET_STD).view(1, 3, 1, 1)
+    scale = 255.0 if max(T.IMAGENET_MEAN) < 1 else 1.0
+    assert torch.allclose(normed, (raw.float() / scale - mean) / std, atol=1e-3)
