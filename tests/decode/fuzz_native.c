@@ -294,12 +294,13 @@ static void check_intact(JpegWindow *jw, const Jpeg *j, const uint8_t *full) {
     Target t = random_target(oh, ow, offset, factor, 0x3C);
     unsigned char *data = xmalloc(j->len);
     memcpy(data, j->data, j->len);
-    const int rc = tf_jpeg_crop_resize(jw, data, j->len, box, &t, 0, 1 << 22);
+    const int rc = tf_jpeg_crop_resize(jw, data, j->len, box, &t, 0, chance(50), 1 << 22);
     release(tf_jpeg_scratch(jw));
     calls[1][rc]++;
     const int want = j->cmyk ? RC_FALLBACK : expected_rc(box, j->W, j->H, 0);
     CHECK(rc == want, "intact %dx%d JPEG, box (%g, %g, %g, %g): rc %d, not %d (%s)", j->H, j->W, box[0], box[1],
           box[2], box[3], rc, want, tf_jpeg_scratch(jw)->msg);
+    CHECK(tf_jpeg_check(jw, data, j->len, 0) == RC_OK, "check of the intact JPEG: %s", tf_jpeg_scratch(jw)->msg);
     if (rc == RC_OK) {
         uint8_t *ref = xmalloc((size_t)3 * oh * ow);
         memset(ref, 0xC3, (size_t)3 * oh * ow);
@@ -337,9 +338,11 @@ static void check_damaged(JpegWindow *jw, const Jpeg *j) {
     Target t = random_target(oh, ow, offset, factor, 0);
     /* always a limit: a corrupt header may declare 65535 x 65535 */
     const long long max_pixels = chance(10) ? between(1, j->H * j->W) : 1 << 22;
-    const int rc = tf_jpeg_crop_resize(jw, exact, len, box, &t, chance(30), max_pixels);
+    const int rc = tf_jpeg_crop_resize(jw, exact, len, box, &t, chance(30), chance(50), max_pixels);
     release(tf_jpeg_scratch(jw));
     CHECK(rc >= RC_OK && rc <= RC_TOO_LARGE, "rc %d", rc);
+    const int crc = tf_jpeg_check(jw, exact, len, max_pixels);
+    CHECK(crc == RC_OK || crc == RC_VALUE || crc == RC_JPEG || crc == RC_TOO_LARGE, "check rc %d", crc);
     calls[1][rc]++;
     int h, w;
     const char *cs;

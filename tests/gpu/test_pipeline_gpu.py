@@ -84,7 +84,8 @@ def test_refused_images_fall_back_and_bad_ones_are_replaced(tmp_path, odd_images
     assert stand_in.calls == [6]
     assert [s.label for s in samples] == [0, 1, 2, 4, 4, 5]  # k3 (truncated) replaced by the next good one
     assert [s.key for s in samples][3] == "k4"
-    assert pipe.stats.errors == {"gpu_fallback": 2, "decode.cpu": 1}  # CMYK and truncated refused
+    # CMYK refused by the decoder; the truncated one by the scan check, before the decoder
+    assert pipe.stats.errors == {"gpu_fallback": 1, "decode.gpu": 1}
     assert pipe.stats.replaced == 1
     cmyk = samples[1].get_gpu_tensor()  # decoded on the CPU, handed out like the others
     assert cmyk.dtype == torch.uint8 and cmyk.shape[2] == 3
@@ -97,7 +98,7 @@ def test_skip_and_raise_apply_to_what_nobody_decodes(tmp_path, odd_images, tar_w
     pipe = turbofeed.Pipeline(path, num_workers=2, gpu_decode=stand_in, on_error="skip")
     assert [s.label for s in run(pipe)] == [0, 1, 2, 4, 5] and pipe.stats.skipped == 1
     pipe = turbofeed.Pipeline(path, num_workers=2, gpu_decode=stand_in, on_error="raise")
-    with pytest.raises(turbofeed.SampleError, match=r"decode\.cpu: .*mixed\.tar/k3"):
+    with pytest.raises(turbofeed.SampleError, match=r"decode\.gpu: .*mixed\.tar/k3"):  # refused before the decoder
         pipe.next_batch(6)
     assert pipe.next_batch(6) == []  # the epoch ended there, as on the CPU path
     pipe.stop()

@@ -2,7 +2,12 @@
 
 Every image comes out as HWC uint8 RGB: grayscale is replicated, CMYK/YCCK converted
 (libjpeg-turbo and Pillow agree within 1 level), progressive JPEGs decode as usual,
-alpha is dropped.
+alpha is dropped, 16-bit images keep their high byte (as OpenCV and torchvision do),
+animated images (GIF, WebP, APNG) give their first frame.
+
+A JPEG whose entropy-coded data is damaged raises on every path (see
+:mod:`turbofeed.decode.scan`): the libjpeg-turbo decode is strict, and the Pillow
+fallback, which would fill the damaged part with grey, checks the scan first.
 
 Each decoder first checks the size its header declares against the pixel limit
 (:mod:`turbofeed.decode.limits`) and raises :class:`~turbofeed.errors.ImageTooLarge`
@@ -20,7 +25,12 @@ from PIL import Image
 from .._deps import simplejpeg
 from ..errors import ImageTooLarge
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
+from . import scan
 from .probe import is_jpeg
+
+# Pillow's unsigned 16-bit grey modes (16-bit PNG and TIFF); 16-bit RGB(A) PNGs already
+# open as 8-bit RGB(A), by their high byte.
+_UINT16_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def decode_jpeg(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAULT) -> np.ndarray:
@@ -35,9 +45,15 @@ def decode_pillow(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAUL
     """Decode any image Pillow reads. Pillow's own check only raises above twice its limit:
     the size of this very Image object is checked before its pixels are loaded, so no
     format (or header Pillow reads differently from libjpeg) gets around the limit."""
+    limit = resolve(max_pixels)
     with Image.open(io.BytesIO(data)) as im:
-        check_pixels(im.height, im.width, resolve(max_pixels))
-        im.load()
+        check_pixels(im.height, im.width, limit)
+        if im.format == "JPEG":  # Pillow decodes damaged scans anyway, with grey rows
+            scan.check(data, max_pixels=limit)
+        im.load()  # the first frame of an animated image
+        if im.mode in _UINT16_MODES:  # 16-bit grey: the high byte, not Pillow's clip to 255
+            grey = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+            return np.repeat(grey[:, :, None], 3, axis=2)
         rgb = im if im.mode == "RGB" else im.convert("RGB")
         return np.asarray(rgb)
 
@@ -84,8 +100,10 @@ def decode(data: bytes | np.ndarray, *, max_pixels: int | None | DefaultLimit = 
                 return decode_pillow(data, max_pixels=limit)
             except ImageTooLarge:
                 raise
-            except Exception:
-                raise ValueError(f"bad JPEG: {jpeg_error}") from None
+            except Exception as pillow_error:  # the scan check's reason, past junk simplejpeg stopped at
+                damage = str(pillow_error).removeprefix("damaged JPEG: ")
+                reason = damage if damage != str(pillow_error) else jpeg_error
+                raise ValueError(f"bad JPEG: {reason}") from None
     try:
         return decode_pillow(data, max_pixels=limit)
     except ImageTooLarge:

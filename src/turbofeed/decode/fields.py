@@ -49,6 +49,7 @@ from PIL import Image
 
 from ..errors import ImageTooLarge, TurbofeedError
 from ..io.table import IMAGE_EXTENSIONS
+from . import scan
 from .cpu import decode
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
 
@@ -178,6 +179,8 @@ def _read_mask(data: bytes | memoryview, limit: int | None) -> np.ndarray | None
         check_pixels(im.height, im.width, limit)
         if im.mode not in _MASK_MODES:
             return None
+        if im.format == "JPEG":  # a grey JPEG mask: Pillow would fill a damaged scan with grey
+            scan.check(data, max_pixels=limit)
         im.load()
         array = np.asarray(im)
         if im.mode == "LA":

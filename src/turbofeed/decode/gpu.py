@@ -11,6 +11,11 @@ Images a backend rejects (CMYK, unusual sampling, corrupt data) come back as Non
 the caller can decode them on the CPU; nothing here raises for one bad image. So do
 images over the pixel limit (:func:`turbofeed.decode.max_pixels`), refused from their
 header before the backend allocates for them; the CPU path then names the error.
+
+A JPEG with damaged entropy-coded data may be decoded here into garbage without a word
+(nvJPEG does not report libjpeg's corrupt-data warnings): the loaders check each scan on
+the CPU before it gets here (:func:`turbofeed.decode.scan.check`, once per sample); call
+it yourself when you use :class:`GpuDecoder` directly.
 """
 
 from __future__ import annotations

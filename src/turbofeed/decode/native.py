@@ -8,12 +8,14 @@ What it computes: the pixels of
 ``Image.fromarray(decode(data)).resize((w, h), Image.BILINEAR, box=box)`` (the Python
 path, :func:`turbofeed.transforms.resample`) bit for bit, measured max difference 0 on
 the test images. It decodes only the rows and columns the filter reads, and stops after
-the last row it needs. Set ``TURBOFEED_NATIVE=0`` to turn it off.
+the last row it needs (with ``check_scan``, the rest of the scan is then only
+Huffman-decoded, to check it). Set ``TURBOFEED_NATIVE=0`` to turn it off.
 
 Fallbacks: :class:`NotImplementedError` for streams it leaves to the general decoder
 (CMYK/YCCK, or bytes that do not end with an EOI marker: they may be truncated in a part
 it never decodes, and the strict full decode must judge them). :class:`ValueError` for
-corrupt data (libjpeg's warnings count as errors) or bad arguments.
+damaged data (libjpeg's corrupt-data warnings in the scan, whatever the crop with
+``check_scan``; not header warnings such as junk bytes before a marker) or bad arguments.
 :class:`~turbofeed.errors.ImageTooLarge` (a ValueError: catch it first) for an image
 over the pixel limit, from its header, before anything its size is allocated or decoded:
 a bad sample, never one for the general decoder.
@@ -111,7 +113,7 @@ def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence
                 flip: bool = False, channels_first: bool = True, dct_scale: bool = False,
                 offset: Sequence[float] | np.ndarray | None = None,
                 factor: Sequence[float] | np.ndarray | None = None,
-                max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
+                max_pixels: int | None | DefaultLimit = DEFAULT, check_scan: bool = True) -> None:
     """Decode the part of JPEG ``data`` under ``box`` and resize it into ``out``.
 
     Args:
@@ -129,13 +131,36 @@ def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence
             as :func:`turbofeed.transforms.write_slot` computes it.
         max_pixels: the pixel limit (None: none), checked from the header; default
             :func:`turbofeed.decode.max_pixels` at call time (loaders pass it).
+        check_scan: check the whole entropy-coded scan for damage, not only the rows
+            down to the box's last (rows above the box are always checked): the rest of
+            the scan is Huffman-decoded without IDCT, colour conversion or resize.
+            Loaders check a sample the first time they see it and remember it intact
+            (:mod:`turbofeed.engine.checked`), so the verdict does not depend on the crop.
 
     Raises:
         ImageTooLarge: more pixels than ``max_pixels``: a bad sample, do not fall back.
         NotImplementedError: CMYK/YCCK, or no EOI marker at the end: use the general decoder.
         ValueError: corrupt or not a JPEG, or ``out`` of the wrong shape or dtype.
     """
-    _call(_crop.crop_resize, data, box, out, flip, channels_first, offset, factor, max_pixels, dct_scale)
+    _call(_crop.crop_resize, data, box, out, flip, channels_first, offset, factor, max_pixels,
+          dct_scale=dct_scale, check_scan=check_scan)
+
+
+def check(data: bytes | bytearray | memoryview | np.ndarray, *,
+          max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
+    """Check a JPEG's entropy-coded data without decoding its pixels (every bit of the
+    scan Huffman-decoded; about 2/3 of a full decode's time on ImageNet-like JPEGs).
+
+    Damage is what libjpeg reports as corrupt data inside or after a scan (a premature
+    end of the data segment, a bad Huffman code, bytes a scan left unused) or a premature
+    end of the file. Warnings about the header before the first scan (junk bytes before
+    a marker, an unknown JFIF revision, a bad ICC chunk) are not: such images decode.
+
+    Raises:
+        ImageTooLarge: more pixels than ``max_pixels`` (from the header, before any work).
+        ValueError: damaged, or not a JPEG, with libjpeg's message.
+    """
+    _crop.check(data, max_pixels=resolve(max_pixels) or 0)
 
 
 def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
@@ -162,17 +187,17 @@ def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: b
 
 def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, channels_first: bool,
           offset: Sequence[float] | np.ndarray | None, factor: Sequence[float] | np.ndarray | None,
-          max_pixels: int | None | DefaultLimit, *extra: object) -> None:
+          max_pixels: int | None | DefaultLimit, **extra: bool) -> None:
     if out.ndim != 3 or out.shape[0 if channels_first else 2] != 3:
         raise ValueError(f"out must be (3, h, w) or (h, w, 3), got shape {out.shape}")
     h, w = out.shape[1:] if channels_first else out.shape[:2]
     x0, y0, x1, y1 = box
     limit = resolve(max_pixels) or 0  # the extension's "no limit"
     if offset is None and factor is None:
-        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra, max_pixels=limit)
+        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, max_pixels=limit, **extra)
     else:
-        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first, *extra,
-               offset=_floats(offset), factor=_floats(factor), max_pixels=limit)
+        kernel(source, x0, y0, x1, y1, out, h, w, flip, channels_first,
+               offset=_floats(offset), factor=_floats(factor), max_pixels=limit, **extra)
 
 
 def _floats(values: Sequence[float] | np.ndarray | None) -> tuple[float, ...] | None:

@@ -130,7 +130,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         from .hybrid import HybridDecode
 
         cpu_work = SampleWork(work.dataset, transform.without_output(), work.stats, seed=work.seed, epoch=work.epoch,
-                              image_exts=work.image_exts)
+                              image_exts=work.image_exts, orient=work.orient)
         cpu = FusedCpuDecode(cpu_work, pool(np.dtype(np.uint8), False), channels_first=True)
         return HybridDecode(gpu, cpu, hybrid)
     if pool is not None and transform is not None:

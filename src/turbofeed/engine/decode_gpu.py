@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from ..decode.orientation import upright_chw
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from .gpu import cpu_decode, decode_job, header_window, resize_batch
+from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -38,13 +39,15 @@ class BatchDecoder(Protocol):
 @dataclass
 class Encoded:
     """One sample as the worker threads leave it: id, bytes, window (None without a
-    transform), label; pixels once decoded."""
+    transform), label; pixels once decoded; the EXIF orientation still to apply to them
+    (1: none, or already upright)."""
 
     gid: int
     data: bytes | np.ndarray
     window: Window | None
     label: int
     pixels: torch.Tensor | None = None
+    orientation: int = 1
 
 
 class GpuDecode:
@@ -83,8 +86,13 @@ class GpuDecode:
     def fill(self, gid: int, buffer: list[Any], j: int) -> None:
         """Fetch the bytes and, with a transform, choose the window from the header."""
         data = self.work.fetch(gid)
-        window = None if self.transform is None else header_window(self.work, gid, data, self.transform)
-        buffer[j] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]))
+        tag = self.work.orientation(data)
+        if self.transform is None:
+            refuse_damage(self.work, gid, data)  # as header_window does with a transform
+            window = None
+        else:
+            window = header_window(self.work, gid, data, self.transform, tag)
+        buffer[j] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), orientation=tag)
 
     # -- the consumer's side -------------------------------------------------------------
     def decode(self, job: Job, entries: list[Any], positions: range) -> list[Encoded]:
@@ -95,6 +103,10 @@ class GpuDecode:
             entries[i] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), pixels)
 
         kept = decode_job(self.decoder, job, self.plan, self.policy, refill, entries, positions)
+        for i in kept:
+            e = entries[i]
+            if e.orientation != 1:  # decoded as stored: turn it upright (the CPU refill already is)
+                e.pixels, e.orientation = upright_chw(e.pixels, e.orientation), 1
         return [entries[i] for i in kept]
 
     def finish(self, job: Job) -> Any:

@@ -14,8 +14,10 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from ..decode import check_pixels, decode, probe
+from ..decode import check_pixels, is_jpeg, probe, scan
+from ..decode.orientation import upright_size
 from ..decode.cpu import as_rgb
+from .checked import CHECKED
 from .policy import ErrorPolicy, PassPolicy
 from .stream import Job, fill_position
 from .work import SampleWork
@@ -30,19 +32,53 @@ def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)
 
 
-def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose) -> Window:
-    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng.
+def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose, tag: int = 1) -> Window:
+    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng,
+    on the image turned upright by EXIF orientation ``tag`` (:meth:`SampleWork.orientation`).
+
+    A JPEG's entropy-coded data is checked here the first time the sample is seen (and
+    remembered intact, :mod:`turbofeed.engine.checked`): the GPU decoders may decode a
+    damaged scan without a word, so the verdict is the CPU paths' one.
 
     Raises:
-        SampleError: no readable header, or more pixels than ``work.max_pixels`` (stage
-            ``decode.gpu``): checked here, before any decoder allocates for the image.
+        SampleError: no readable header, more pixels than ``work.max_pixels``, or a
+            damaged JPEG (stage ``decode.gpu``): checked here, before any decoder
+            allocates for the image.
     """
     try:
         info = probe(data)
         check_pixels(info.height, info.width, work.max_pixels)
-        return work.window(gid, info.height, info.width, transform)
+        if info.format == "jpeg" and not isinstance(data, np.ndarray):
+            check_once(work, gid, data)
+        return work.window(gid, *upright_size(info.height, info.width, tag), transform)
     except Exception as exc:
         raise work.error(gid, "decode.gpu", exc) from exc
+
+
+def refuse_damage(work: SampleWork, gid: int, data: bytes | np.ndarray) -> None:
+    """Worker side, without a transform: :func:`check_once` for a JPEG.
+
+    Raises:
+        SampleError: a damaged JPEG (stage ``decode.gpu``).
+    """
+    if isinstance(data, np.ndarray) or not is_jpeg(data):
+        return
+    try:
+        check_once(work, gid, data)
+    except Exception as exc:
+        raise work.error(gid, "decode.gpu", exc) from exc
+
+
+def check_once(work: SampleWork, gid: int, data: bytes | memoryview) -> None:
+    """Check the scan of JPEG sample ``gid`` unless it was found intact before.
+
+    Raises:
+        ValueError: damaged (:func:`turbofeed.decode.scan.check`).
+    """
+    source, index = work.dataset.locate(gid)
+    if not CHECKED.intact(source, index):
+        scan.check(data, max_pixels=work.max_pixels)
+        CHECKED.mark(source, index, len(source.table))
 
 
 @overload
@@ -56,7 +92,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     """Fetch and decode sample ``gid`` on the CPU (the fallback for an image the GPU refused).
 
     Returns:
-        (data, window chosen from the decoded size or None without ``transform``,
+        (data, window chosen from the decoded (upright) size or None without ``transform``,
         (3, H, W) uint8 tensor on ``device``).
 
     Raises:
@@ -64,7 +100,7 @@ def cpu_decode(work: SampleWork, gid: int, transform: Compose | None,
     """
     data = work.fetch(gid)
     try:
-        pixels = decode(data, max_pixels=work.max_pixels)  # read once per epoch, not per image
+        pixels = work.decode_upright(data)  # upright when the loader applies EXIF orientation
         height, width = pixels.shape[:2]
         window = None if transform is None else work.window(gid, height, width, transform)
     except Exception as exc:

@@ -12,9 +12,11 @@ from typing import Literal, overload
 import numpy as np
 
 from ..decode import decode, is_jpeg, max_pixels, native, probe
+from ..decode.orientation import jpeg_orientation, orientation, stored_box, upright, upright_size
 from ..errors import ImageTooLarge, SampleError, StorageError
 from ..io import Dataset, pick_member
 from ..transforms import Compose, Window, resample, write_slot
+from .checked import CHECKED
 from .slots import Slot
 from .stats import Stats
 
@@ -37,12 +39,15 @@ class SampleWork:
     source passes as it is). Thread-safe: holds no per-sample state.
 
     The random crop and flip of a sample come from ``(seed, epoch, sample id)``, so they
-    do not depend on which thread runs it, and a resumed run sees the same pixels.
+    do not depend on which thread runs it, and a resumed run sees the same pixels. With
+    ``orient``, images are turned upright by their EXIF orientation first (the crop window
+    is chosen on the upright image; :mod:`turbofeed.decode.orientation`).
     """
 
     def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
-                 seed: int, epoch: int, image_exts: tuple[str, ...] | None = None) -> None:
+                 seed: int, epoch: int, image_exts: tuple[str, ...] | None = None, orient: bool = False) -> None:
         self.dataset = dataset
+        self.orient = orient
         self.image_exts = image_exts  # the image field's extensions (first match), or the table's image
         self.transform = transform
         self.stats = stats
@@ -128,25 +133,42 @@ class SampleWork:
             size = None
         else:
             return None
-        kernel: Callable[..., None] = native.resize if size is not None else native.crop_resize
+        kernel: Callable[..., None] = native.resize
+        extra: dict[str, bool] = {}
+        if size is None:  # a JPEG: its whole scan is checked the first time it is seen (engine/checked.py)
+            source, index = self.dataset.locate(gid)
+            check = not CHECKED.intact(source, index)
+            kernel, extra = native.crop_resize, {"check_scan": check}
         started = time.perf_counter()
         try:
             height, width = size or native.header(data)[:2]
+            tag = jpeg_orientation(data) if self.orient and not isinstance(data, np.ndarray) else 1
+            height, width = upright_size(height, width, tag)
             window = self.window(gid, height, width, transform)
             spec = transform.output
-            if out is None:
-                out = np.empty((window.height, window.width, 3), np.uint8)
-                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels)
-            elif (out.shape[1:] if channels_first else out.shape[:2]) != (window.height, window.width):
+            if out is not None and (out.shape[1:] if channels_first else out.shape[:2]) != (window.height,
+                                                                                              window.width):
                 return None
+            if tag != 1:  # the window's part of the stored image, decoded, then turned upright
+                stored = np.empty((*upright_size(window.height, window.width, tag), 3), np.uint8)
+                kernel(data, stored_box(window.box, height, width, tag), stored, channels_first=False,
+                       max_pixels=self.max_pixels, **extra)
+                if out is None:
+                    out = np.ascontiguousarray(upright(stored, tag))
+                else:
+                    write_slot(upright(stored, tag), out, flip=window.flip, channels_first=channels_first,
+                               output=spec)
+            elif out is None:
+                out = np.empty((window.height, window.width, 3), np.uint8)
+                kernel(data, window.box, out, channels_first=False, max_pixels=self.max_pixels, **extra)
             elif spec is None or out.dtype == np.float32:
                 kernel(data, window.box, out, flip=window.flip, channels_first=channels_first,
                        offset=None if spec is None else spec.offset,
-                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels)
+                       factor=None if spec is None else spec.factor, max_pixels=self.max_pixels, **extra)
             else:  # float16/float64: through a uint8 scratch, converted by numpy
                 pixels = native.scratch(window.height, window.width)
                 kernel(data, window.box, pixels, flip=window.flip, channels_first=False,
-                       max_pixels=self.max_pixels)
+                       max_pixels=self.max_pixels, **extra)
                 write_slot(pixels, out, flip=False, channels_first=channels_first, output=spec)
         except ImageTooLarge as exc:  # a bad sample: the general path would decode it all
             raise self.error(gid, "decode.cpu", exc) from exc
@@ -156,6 +178,8 @@ class SampleWork:
             raise self.error(gid, "decode.cpu", exc) from exc
         finally:
             self.stats.add_times(decode_cpu=time.perf_counter() - started)
+        if extra.get("check_scan"):
+            CHECKED.mark(source, index, len(source.table))
         return Decoded(out, window.flip, int(self.dataset.labels[gid]))
 
     def _decode(self, gid: int, data: bytes | np.ndarray) -> Decoded:
@@ -164,15 +188,17 @@ class SampleWork:
         try:
             transform = self.transform
             window = None
+            tag = self.orientation(data)
             if transform is not None:
                 info = probe(data)  # the crop window comes from the header, before decoding
-                window = self.window(gid, info.height, info.width, transform)
-            image = decode(data, max_pixels=self.max_pixels)  # checks the header first
+                height, width = upright_size(info.height, info.width, tag)
+                window = self.window(gid, height, width, transform)
+            image = self.decode_upright(data, tag)
             decoded = time.perf_counter()
             stage = "augment"
             flip = False
             if window is not None and transform is not None:  # (a window means a transform)
-                if image.shape[:2] != (info.height, info.width):  # header lied; trust pixels
+                if image.shape[:2] != (height, width):  # header lied; trust pixels
                     height, width = image.shape[:2]
                     window = self.window(gid, height, width, transform)
                 image, flip = resample(image, window), window.flip
@@ -183,6 +209,21 @@ class SampleWork:
         done = time.perf_counter()
         self.stats.add_times(decode_cpu=decoded - started, augment=done - decoded)
         return Decoded(image, flip, int(self.dataset.labels[gid]))
+
+    def orientation(self, data: bytes | memoryview | np.ndarray) -> int:
+        """The EXIF orientation to apply to ``data`` (1: none, or not ``orient``)."""
+        return orientation(data) if self.orient else 1
+
+    def decode_upright(self, data: bytes | np.ndarray, tag: int | None = None) -> np.ndarray:
+        """Decode ``data`` (:func:`turbofeed.decode.decode`, under the pixel limit) and turn
+        it upright by EXIF orientation ``tag`` (default: read from ``data`` when ``orient``).
+
+        Raises:
+            ValueError: undecodable or damaged (ImageTooLarge over the pixel limit).
+        """
+        image = decode(data, max_pixels=self.max_pixels)  # checks the header first
+        tag = self.orientation(data) if tag is None else tag
+        return image if tag == 1 else np.ascontiguousarray(upright(image, tag))
 
     def window(self, gid: int, height: int, width: int, transform: Compose) -> Window:
         """The crop window of sample ``gid`` (an image of ``height x width``), from the

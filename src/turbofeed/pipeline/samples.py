@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import decode
+from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
 from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
@@ -35,7 +36,8 @@ class Sample:
 
     ``data`` holds the encoded bytes (the uint8 pixels for the array formats: HDF5,
     Zarr, .npy) when the pipeline does not decode (``decode_jpeg=False``);
-    ``get_image()`` then decodes on demand. ``tensor`` holds
+    ``get_image()`` then decodes on demand (upright when ``orient``: the pipeline's
+    ``apply_exif_orientation``). ``tensor`` holds
     the (H, W, 3) torch tensor on the decoder's device when the pipeline decoded on the
     GPU (``gpu_decode``); with a transform it is a view of its chunk's batched output.
     """
@@ -47,6 +49,7 @@ class Sample:
     image: np.ndarray | None = field(default=None, repr=False)
     tensor: Any = field(default=None, repr=False)
     fields: dict[str, Any] = field(default_factory=dict, repr=False)
+    orient: bool = field(default=False, repr=False)
 
     def __getitem__(self, name: str) -> Any:
         """A field by name: ``"image"`` (:meth:`get_image`), ``"__key__"``, ``"__url__"``,
@@ -76,7 +79,9 @@ class Sample:
             elif self.data is None:
                 raise ValueError(f"sample {self.shard}/{self.key} has no image data")
             else:
-                self.image = decode(self.data)
+                image = decode(self.data)
+                tag = orientation(self.data) if self.orient else 1
+                self.image = image if tag == 1 else np.ascontiguousarray(upright(image, tag))
         return self.image
 
     def get_gpu_tensor(self, device: Any = None) -> Any:
@@ -139,6 +144,10 @@ class Pipeline:
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
             the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).
+        apply_exif_orientation: turn images upright by their EXIF Orientation tag (1-8)
+            before any crop, on every decode path, as ``ImageOps.exif_transpose`` does
+            (torchvision's name; default False, as torchvision and Pillow). See
+            :class:`turbofeed.DataLoader`.
 
     Example::
 
@@ -162,8 +171,10 @@ class Pipeline:
                  format_options: dict | None = None, s3: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
-                 map: Callable[[dict], dict] | None = None, user_errors: str = "raise") -> None:
+                 map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
+                 apply_exif_orientation: bool = False) -> None:
         self.user_errors = check_user_errors(user_errors)
+        self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
@@ -209,7 +220,8 @@ class Pipeline:
                                world_size=self.world_size)
         image_field = None if self.fields is None else self.fields.image()
         work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch,
-                          image_exts=None if image_field is None else image_field.exts)
+                          image_exts=None if image_field is None else image_field.exts,
+                          orient=self.apply_exif_orientation)
         policy = self._policy.for_pass()
         # The stages run on the worker threads: they must not hold ``self``, or the
         # threads would keep a dropped Pipeline (and themselves) alive.
@@ -221,9 +233,11 @@ class Pipeline:
             sample.image = hwc_pixels(loaded.pixels, flip=loaded.flip, output=output)
             return sample
 
+        orient = self.apply_exif_orientation
+
         def with_bytes(gid: int, data: bytes | np.ndarray) -> Sample:
             sample = make_sample(gid)
-            sample.data = data
+            sample.data, sample.orient = data, orient
             return sample
 
         decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,

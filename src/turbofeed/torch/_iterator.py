@@ -70,7 +70,8 @@ class _LoaderIterator:
             worker_transform = transform.fused() if transform is not None else None
         image_field = None if loader.fields is None else loader.fields.image()
         work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch,
-                          image_exts=None if image_field is None else image_field.exts)
+                          image_exts=None if image_field is None else image_field.exts,
+                          orient=loader.apply_exif_orientation)
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,

@@ -127,6 +127,12 @@ class DataLoader(EpochBook, TorchDropIn):
             random order already, whatever ``shuffle`` says. Streamed: whole
             shards drawn with replacement (WebDataset's resampled shards), the epoch's
             draw held in memory (8 bytes per sample).
+        apply_exif_orientation: turn each image upright by its EXIF Orientation tag
+            (1-8, as ``PIL.ImageOps.exif_transpose`` does) before the crop window is
+            chosen, on every decode path (torchvision's name; default False, as
+            torchvision and Pillow: pixels as stored). The native crop decoder maps the
+            window onto the stored pixels and turns only its output (within 1 level of
+            Pillow's resize of the turned image); the GPU path turns each decoded image.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -154,7 +160,9 @@ class DataLoader(EpochBook, TorchDropIn):
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
-                 epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise") -> None:
+                 epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
+                 apply_exif_orientation: bool = False) -> None:
+        self.apply_exif_orientation = apply_exif_orientation
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.user_errors = check_user_errors(user_errors)

@@ -7,8 +7,19 @@
  * (jpeg_abort_decompress). Pixels are decoded as RGBX. With dct_scale the result equals
  * Pillow's resize of the half-size decode, not of the full one.
  *
- * Errors: libjpeg errors and warnings about corrupt data are RC_JPEG with libjpeg's
- * message (strict, like simplejpeg's strict=True). Streams this decoder does not
+ * Damage: with check, the entropy-coded data is checked whatever the crop. After the
+ * last row the filter reads, the rest of the scan is consumed (finish_scan: Huffman
+ * decoding only, no IDCT, down to the last row; that row read; then on to EOI), so
+ * damage below the window is seen as well as damage above it (the rows above are always
+ * entropy-decoded by jpeg_skip_scanlines). Callers check a sample the first time they
+ * see it and remember it intact (engine/checked.py), so it is good or bad in every
+ * epoch, not only when its crop reaches the damage.
+ *
+ * Errors: libjpeg errors, and its warnings that mean damaged data (is_damage: in the
+ * scan, or a premature end), are RC_JPEG with libjpeg's message. Warnings before the
+ * first scan about the header (junk bytes before a marker, an unknown JFIF revision or
+ * Adobe transform, a bad ICC chunk) are not damage: the pixels are intact, and such
+ * images are decoded. Streams this decoder does not
  * handle (CMYK/YCCK, or bytes that do not end with an EOI marker, which may be
  * truncated in the part that is never decoded here) are RC_FALLBACK, for a general
  * decoder to judge. An image declaring more pixels than max_pixels is RC_TOO_LARGE from
@@ -36,6 +47,7 @@ struct JpegWindow {
     struct jpeg_error_mgr err;
     jmp_buf jump;
     int created;
+    int in_scan; /* past the header: set before jpeg_start_decompress (see is_damage) */
     Scratch scratch;
 };
 
@@ -47,10 +59,24 @@ static void on_error_exit(j_common_ptr c) {
     longjmp(j->jump, 1);
 }
 
-static void on_emit_message(j_common_ptr c, int level) {
-    if (level < 0) { /* a warning: corrupt data. Strict: an error. */
-        on_error_exit(c);
+/* Whether the warning just raised means damaged pixels. The codes of libjpeg-turbo's
+ * jerror.h: inside a scan (a bad code, a marker or the end of the data where the scan
+ * goes on, lost restart markers), a broken progression, or bytes left over after a scan
+ * (the entropy decoder lost step: a byte of the scan changed). Junk before a marker
+ * while reading the header, an unknown JFIF revision or Adobe transform, a bad ICC
+ * chunk: not damage. */
+static int is_damage(const JpegWindow *j, int code) {
+    switch (code) {
+        case JWRN_EXTRANEOUS_DATA: return j->in_scan;
+        case JWRN_ADOBE_XFORM:
+        case JWRN_JFIF_MAJOR:
+        case JWRN_BOGUS_ICC: return 0;
+        default: return 1; /* JWRN_HIT_MARKER, JWRN_HUFF_BAD_CODE, JWRN_JPEG_EOF, ... */
     }
+}
+
+static void on_emit_message(j_common_ptr c, int level) {
+    if (level < 0 && is_damage((JpegWindow *)c->client_data, c->err->msg_code)) on_error_exit(c);
 }
 
 static void on_output_message(j_common_ptr c) { (void)c; }
@@ -152,6 +178,22 @@ static int jpeg_rows(Source *src, unsigned char **rows, int n) {
 
 /* ---------------------------------------------------------------- decode */
 
+/* Consume the rest of the scan after the rows a caller read: skip to the last row
+ * (skipping whole iMCU rows only entropy-decodes them; skipping to the very end would
+ * decode nothing, so one row is left), read it, then read on to EOI, where bytes the
+ * scan did not use are reported (JWRN_EXTRANEOUS_DATA). libjpeg's errors and damage
+ * warnings longjmp to the caller's READ_HEADER frame. */
+static void finish_scan(struct jpeg_decompress_struct *ci) {
+    if (ci->output_scanline + 1 < ci->output_height)
+        jpeg_skip_scanlines(ci, ci->output_height - 1 - ci->output_scanline);
+    if (ci->output_scanline < ci->output_height) {
+        JSAMPARRAY row = (*ci->mem->alloc_sarray)((j_common_ptr)ci, JPOOL_IMAGE,
+                                                  ci->output_width * (JDIMENSION)ci->output_components, 1);
+        while (ci->output_scanline < ci->output_height) jpeg_read_scanlines(ci, row, 1);
+    }
+    jpeg_finish_decompress(ci);
+}
+
 static int ends_with_eoi(const unsigned char *data, size_t len) {
     return len >= 4 && data[len - 2] == 0xFF && data[len - 1] == 0xD9;
 }
@@ -170,6 +212,7 @@ static int ends_with_eoi(const unsigned char *data, size_t len) {
 #define READ_HEADER(j, s, ci, data, len)                                                                     \
     do {                                                                                                     \
         (s)->msg[0] = 0;                                                                                     \
+        (j)->in_scan = 0;                                                                                    \
         if ((len) < 4 || (data)[0] != 0xFF || (data)[1] != 0xD8) {                                           \
             snprintf((s)->msg, sizeof(s)->msg, (len) ? "not a JPEG (no SOI marker)" : "empty file (0 bytes)"); \
             return RC_VALUE;                                                                                 \
@@ -185,7 +228,7 @@ static int ends_with_eoi(const unsigned char *data, size_t len) {
 /* libjpeg's errors longjmp back here (READ_HEADER; tf_resample and the JpegSource
  * callbacks run inside this frame and hold nothing that a longjmp would leak). */
 int tf_jpeg_crop_resize(JpegWindow *j, const unsigned char *data, size_t len, const double box[4], const Target *t,
-                        int dct_scale, long long max_pixels) {
+                        int dct_scale, int check, long long max_pixels) {
     Scratch *s = &j->scratch;
     struct jpeg_decompress_struct *ci = &j->cinfo;
     READ_HEADER(j, s, ci, data, len);
@@ -215,10 +258,34 @@ int tf_jpeg_crop_resize(JpegWindow *j, const unsigned char *data, size_t len, co
     }
     jpeg_calc_output_dimensions(ci);
     JpegSource js = {{jpeg_crop, jpeg_skip, jpeg_rows, s}, ci};
+    j->in_scan = 1;
     rc = tf_resample(s, &js.base, (int)ci->output_width, (int)ci->output_height, (float)(b[0] * f),
                      (float)(b[1] * f), (float)(b[2] * f), (float)(b[3] * f), t);
-    jpeg_abort_decompress(ci); /* the rest of the image is never decoded */
+    if (rc == RC_OK && check) finish_scan(ci); /* damage below the window longjmps to READ_HEADER's frame */
+    jpeg_abort_decompress(ci);
     return rc;
+}
+
+int tf_jpeg_check(JpegWindow *j, const unsigned char *data, size_t len, long long max_pixels) {
+    Scratch *s = &j->scratch;
+    struct jpeg_decompress_struct *ci = &j->cinfo;
+    READ_HEADER(j, s, ci, data, len);
+    if (tf_check_size(s, ci->image_height, ci->image_width, max_pixels) != RC_OK) {
+        jpeg_abort_decompress(ci);
+        return RC_TOO_LARGE;
+    }
+    /* The cheapest decode that still reads every entropy-coded bit: 1/8 scale (a DC-only
+     * IDCT), one iMCU column wide, every row but the last skipped (finish_scan). */
+    ci->scale_num = 1;
+    ci->scale_denom = 8;
+    ci->dct_method = JDCT_IFAST;
+    j->in_scan = 1;
+    jpeg_start_decompress(ci);
+    JDIMENSION x = 0, w = 1;
+    if (ci->output_width > 1) jpeg_crop_scanline(ci, &x, &w);
+    finish_scan(ci);
+    jpeg_abort_decompress(ci);
+    return RC_OK;
 }
 
 static const char *colorspace_name(J_COLOR_SPACE cs) {

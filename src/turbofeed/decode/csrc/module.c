@@ -125,7 +125,7 @@ typedef struct {
     size_t len;
     const double *box;
     const Target *t;
-    int dct;
+    int dct, check;
     long long max_pixels;
 } JpegJob;
 
@@ -137,9 +137,20 @@ typedef struct {
     long long max_pixels;
 } ArrayJob;
 
+typedef struct {
+    const unsigned char *data;
+    size_t len;
+    long long max_pixels;
+} CheckJob;
+
+static int run_check_job(JpegWindow *j, const void *arg) {
+    const CheckJob *job = arg;
+    return tf_jpeg_check(j, job->data, job->len, job->max_pixels);
+}
+
 static int run_jpeg_job(JpegWindow *j, const void *arg) {
     const JpegJob *job = arg;
-    return tf_jpeg_crop_resize(j, job->data, job->len, job->box, job->t, job->dct, job->max_pixels);
+    return tf_jpeg_crop_resize(j, job->data, job->len, job->box, job->t, job->dct, job->check, job->max_pixels);
 }
 
 static int run_array_job(JpegWindow *j, const void *arg) {
@@ -187,14 +198,15 @@ static PyObject *call_released(int (*fn)(JpegWindow *, const void *), const void
 
 PyDoc_STRVAR(crop_resize_doc,
 "crop_resize(data, x0, y0, x1, y1, out, out_h, out_w, flip=False, channels_first=True,\n"
-"            dct_scale=False, offset=None, factor=None, max_pixels=0)\n"
+"            dct_scale=False, offset=None, factor=None, max_pixels=0, check_scan=True)\n"
 "--\n\n"
 "Decode the part of a JPEG that box (x0, y0, x1, y1) needs (source pixel coordinates,\n"
 "clamped to the image), resize it to out_h x out_w exactly like Pillow's BILINEAR resize\n"
 "with a box, and write it into out (C-contiguous, 3*out_h*out_w items; CHW or HWC,\n"
 "mirrored left-right when flip). out is uint8, or float32 when offset and factor (3\n"
 "numbers each) are given: out = (pixel - offset) * factor. dct_scale decodes at half\n"
-"size when the box is at least twice the output in both axes. Releases the GIL.\n\n"
+"size when the box is at least twice the output in both axes. check_scan: check the\n"
+"whole scan for damage (check()), else only the rows up to the box's last. Releases the GIL.\n\n"
 "Raises turbofeed.errors.ImageTooLarge (a ValueError) when the header declares more than\n"
 "max_pixels pixels (0: no limit), before decoding; ValueError (corrupt or not a JPEG, bad\n"
 "arguments) or NotImplementedError (CMYK/YCCK, or no EOI marker at the end: use a\n"
@@ -202,25 +214,45 @@ PyDoc_STRVAR(crop_resize_doc,
 
 static PyObject *py_crop_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "x0", "y0", "x1", "y1", "out", "out_h", "out_w", "flip",
-                             "channels_first", "dct_scale", "offset", "factor", "max_pixels", NULL};
+                             "channels_first", "dct_scale", "offset", "factor", "max_pixels", "check_scan", NULL};
     Py_buffer data, out;
     double box[4];
     PyObject *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
-    int out_h, out_w, flip = 0, chw = 1, dct = 0;
+    int out_h, out_w, flip = 0, chw = 1, dct = 0, check = 1;
     long long max_pixels = 0;
     float offset[3], factor[3];
     Target t;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ddddOii|pppOOL:crop_resize", kwlist, &data,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ddddOii|pppOOLp:crop_resize", kwlist, &data,
                                      &box[0], &box[1], &box[2], &box[3], &out_obj, &out_h, &out_w,
-                                     &flip, &chw, &dct, &offset_obj, &factor_obj, &max_pixels))
+                                     &flip, &chw, &dct, &offset_obj, &factor_obj, &max_pixels, &check))
         return NULL;
     if (get_target(out_obj, out_h, out_w, flip, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    const JpegJob job = {(const unsigned char *)data.buf, (size_t)data.len, box, &t, dct, max_pixels};
+    const JpegJob job = {(const unsigned char *)data.buf, (size_t)data.len, box, &t, dct, check, max_pixels};
     return call_released(run_jpeg_job, &job, max_pixels, &out, &data);
+}
+
+PyDoc_STRVAR(check_doc,
+"check(data, max_pixels=0)\n"
+"--\n\n"
+"Check a JPEG's entropy-coded data without decoding its pixels (every bit of the scan is\n"
+"Huffman-decoded, nothing is resized). Returns None when intact. Raises ValueError for\n"
+"damaged data (libjpeg's corrupt-data warnings in the scan; not header warnings such as\n"
+"junk before a marker) or bytes that are not a JPEG, turbofeed.errors.ImageTooLarge over\n"
+"max_pixels (0: no limit), from the header. Releases the GIL.");
+
+static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "max_pixels", NULL};
+    Py_buffer data, none;
+    long long max_pixels = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|L:check", kwlist, &data, &max_pixels)) return NULL;
+    memset(&none, 0, sizeof none); /* no output buffer: releasing it does nothing */
+    const CheckJob job = {(const unsigned char *)data.buf, (size_t)data.len, max_pixels};
+    return call_released(run_check_job, &job, max_pixels, &none, &data);
 }
 
 PyDoc_STRVAR(resize_doc,
@@ -313,6 +345,7 @@ static PyObject *py_simd(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"_simd", py_simd, METH_VARARGS, simd_doc},
+    {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
     {"crop_resize", (PyCFunction)(void (*)(void))py_crop_resize, METH_VARARGS | METH_KEYWORDS,
      crop_resize_doc},
     {"header", py_header, METH_O, header_doc},
