@@ -7,4 +7,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==${TURBOFEED_TORCH_VERSION:-2.13.0}"
+# the extension is built for the stable ABI (_crop.abi3.so); a per-version build left by an
+# older checkout would be imported first and shadow it
+rm -f src/turbofeed/decode/_crop.cpython-*.so
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
