@@ -90,12 +90,30 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
                      "them block by block (streaming=False reads them sample by sample instead)",
                      int(nbytes.sum()), cache)
     if not streaming:
+        warn_copies_overflow(dataset)
         return None
     canonical = canonical_nodes or nodes
     if block_bytes is None:
         block_bytes = LOCAL_BLOCK_BYTES if cache is None else max(1, cache * nodes // (2 * canonical))
     return StreamLayout(starts=dataset.starts, shard_bytes=nbytes, canonical_nodes=canonical,
                         block_bytes=int(block_bytes), ranks_per_node=ranks_per_node)
+
+
+def warn_copies_overflow(dataset: Dataset) -> None:
+    """Warn once when a pass that does not stream reads compressed shards whose
+    decompressed copies cannot all be in the node cache at once: a shuffled order then
+    evicts and decompresses them again and again (once per change of shard at worst).
+    Each copy's size is at least the end of its last sample."""
+    copies = [(s.plain, s.table) for s in dataset.sources if s.plain is not None]
+    if len(copies) < 2:
+        return
+    bound = copies[0][0].cache.max_bytes
+    least = sum(int((t.offsets.astype(np.int64) + t.sizes).max()) for _, t in copies if len(t))
+    if least > bound:
+        log.warning("turbofeed: the decompressed copies of %d compressed shards (at least %d bytes) do not "
+                    "fit in the node cache (%d bytes): a shuffled epoch decompresses shards again and again. "
+                    "Raise TURBOFEED_S3_CACHE_SIZE / S3Config(cache_max_bytes=) above their total, stream them "
+                    "(s3://, streaming=True) or store plain .tar shards", len(copies), least, bound)
 
 
 def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None) -> FetchAhead | None:

@@ -18,6 +18,9 @@ capability               default                       overridden by
 ``changed()``            ``file`` is not the version   tar shards (the shard or its plain
                          indexed any more              copy)
 ``classes``              None (labels are raw values)  ImageFolder trees (labels are ids)
+``plain``                None (read as stored)         compressed tar shards, local and
+                                                       ``s3://`` (their decompressed copy
+                                                       in the node cache)
 ``io_stats``             ``{}``                        array and table sources (how they
                                                        read)
 =======================  ============================  ====================================
@@ -36,12 +39,15 @@ one such class plus one entry in :mod:`turbofeed.io.registry`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .local.files import FileRef
 from .table import SampleTable
+
+if TYPE_CHECKING:
+    from .local.compressed import PlainCopy
 
 
 class Damage(Protocol):
@@ -74,6 +80,8 @@ class Source(Protocol):
         classes: class names when the labels in ``table`` are already ids into them
             (an ImageFolder's sorted folders); None when they are raw values (integers,
             class names, None) that the dataset numbers (:mod:`turbofeed.io.labels`).
+        plain: a compressed shard's decompressed copy in the node cache, which its
+            samples are read from (``table`` offsets are into it), or None.
     """
 
     path: str
@@ -81,6 +89,7 @@ class Source(Protocol):
     damage: Damage | None = None
     file: FileRef | None = None
     classes: list[str] | None = None
+    plain: PlainCopy | None = None
 
     def read(self, i: int) -> bytes | np.ndarray: ...
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -186,7 +187,8 @@ def _shard(seed: int, n: int) -> bytes:
     return tar_bytes(members)
 
 
-def test_copies_not_in_use_are_evicted_so_shards_larger_than_the_bound_take_turns(tmp_path, cache_dir, monkeypatch):
+def test_copies_not_in_use_are_evicted_so_shards_larger_than_the_bound_take_turns(tmp_path, cache_dir, monkeypatch,
+                                                                                  caplog):
     plain = [tmp_path / "a.tar", tmp_path / "b.tar"]
     for seed, p in enumerate(plain):
         p.write_bytes(_shard(seed, 30))
@@ -202,9 +204,14 @@ def test_copies_not_in_use_are_evicted_so_shards_larger_than_the_bound_take_turn
         assert sum(size for _, size in _files_under(cache_dir)) <= bound
     # each copy made to be indexed (the two in parallel), then again for (nearly) every turn
     assert all(3 <= src.plain.made <= 4 for src in ds.sources)
-    # a whole shuffled epoch through the loader reads every sample once, within the bound
-    loader = turbofeed.DataLoader([str(tmp_path / "a.tar.gz"), str(tmp_path / "b.tar.gz")], batch_size=10, num_workers=2, shuffle=True, seed=1, return_keys=True,
-                                  transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
+    # a whole shuffled epoch through the loader reads every sample once, within the bound,
+    # and the loader warns that the copies take turns (decompressed again and again)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        loader = turbofeed.DataLoader([str(tmp_path / "a.tar.gz"), str(tmp_path / "b.tar.gz")], batch_size=10,
+                                      num_workers=2, shuffle=True, seed=1, return_keys=True,
+                                      transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
+    overflow = [r.getMessage() for r in caplog.records if "do not fit in the node cache" in r.getMessage()]
+    assert len(overflow) == 1 and "2 compressed shards" in overflow[0] and f"({bound} bytes)" in overflow[0]
     keys = [k.rsplit("/", 1)[-1] for _, _, batch in loader for k in batch]
     assert sorted(keys) == sorted(f"s{s}-{i:03d}" for s in range(2) for i in range(30))
     assert sum(size for _, size in _files_under(cache_dir)) <= bound
@@ -235,3 +242,13 @@ def test_a_streamed_copy_waits_for_room_another_process_holds_and_a_plain_read_d
     let_go.join()
     assert copy.made == 1 and os.path.exists(copy.path) and not os.path.exists(first.sources[0].plain.path)
     copy.release()
+
+
+def test_no_overflow_warning_when_the_copies_fit_together(tmp_path, cache_dir, monkeypatch, caplog):
+    for seed in range(2):
+        (tmp_path / f"{seed}.tar.gz").write_bytes(gzip.compress(_shard(seed, 10), mtime=0))
+    monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(64 * MiB))
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        loader = turbofeed.DataLoader(str(tmp_path / "*.tar.gz"), batch_size=5, num_workers=1, shuffle=True)
+    assert len(list(loader)) == 4
+    assert not [r for r in caplog.records if "do not fit in the node cache" in r.getMessage()]
