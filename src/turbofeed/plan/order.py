@@ -25,10 +25,12 @@ import numpy as np
 
 from .mixing import EpochDraw
 from .resampled import ResampledRankOrder
-
-#: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one.
-Order = np.ndarray | ResampledRankOrder
+from .stream_rounds import rounds_rank_order
 from .streaming import StreamLayout, stream_order, stream_rank_order
+
+#: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one
+#: (:class:`ResampledRankOrder`, or its streamed form :class:`~.stream_rounds.RoundsRankOrder`).
+Order = np.ndarray | ResampledRankOrder
 
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -154,11 +156,16 @@ def make_epoch_plan(
     of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
     (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
     epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once.
-    A resampled epoch outside streaming is drawn lazily (:mod:`turbofeed.plan.resampled`):
-    memory and time do not grow with ``epoch_size``."""
-    if draw is not None and draw.resample and stream is None:
-        lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
-                                  drop_last=drop_last, start=start)
+    A resampled epoch is drawn lazily (:mod:`turbofeed.plan.resampled`; streamed, round by
+    round, :mod:`turbofeed.plan.stream_rounds`): memory and time do not grow with ``epoch_size``."""
+    if draw is not None and draw.resample:
+        lazy: ResampledRankOrder
+        if stream is None:
+            lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
+                                      drop_last=drop_last, start=start)
+        else:
+            lazy = rounds_rank_order(draw, stream, seed=seed, epoch=epoch, shuffle=shuffle, rank=rank,
+                                     world_size=world_size, drop_last=drop_last, start=start)
         count_batches(len(lazy), batch_size, drop_last)  # validates batch_size
         return EpochPlan(order=lazy, batch_size=batch_size, drop_last=drop_last)
     visits = None if draw is None else draw.visits(seed=seed, epoch=epoch)
