@@ -80,6 +80,7 @@ class StreamRounds:
         self.round_len = round_length(layout)
         self._rounds: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: tuple[int, tuple[np.ndarray, np.ndarray]] = (-1, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
 
     def __len__(self) -> int:
         return self.size
@@ -92,11 +93,16 @@ class StreamRounds:
     def round(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """Round ``r``'s ``(ids, block)``: int64 sample ids of positions ``r * L ..``, and
         the block of each (numbered within the round, see ``stream_blocks``)."""
+        last = self._last  # one tuple, replaced whole: read without the lock (per-sample path)
+        if last[0] == r:
+            return last[1]
         with self._lock:
             found = self._rounds.get(r)
             if found is not None:
                 self._rounds.move_to_end(r)
-                return found
+        if found is not None:
+            self._last = (r, found)
+            return found
         size = min(self.round_len, self.size - r * self.round_len)
         d, lay = self.draw, self.layout
         visits = draw_round(d.shard_sizes, seed=self.seed, epoch=self.epoch, round=r, size=size, groups=d.groups,
@@ -108,6 +114,7 @@ class StreamRounds:
             self._rounds[r] = found
             while len(self._rounds) > _CACHED:
                 self._rounds.popitem(last=False)
+        self._last = (r, found)
         return found
 
     def at(self, positions: np.ndarray) -> np.ndarray:

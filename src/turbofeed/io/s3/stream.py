@@ -275,7 +275,10 @@ class ShardStream:
                 held = self._queue[0] if self._queue else None
                 if held is not None and self._holding and self._holding + held.size > self.budget:
                     return
-                far = self._frontier >= self._done + max(self._ahead, _MAKE_AHEAD)
+                # far enough: a lookahead of positions, or as many holds as shards (the
+                # descriptors of a whole-epoch order's holds)
+                far = (self._frontier >= self._done + max(self._ahead, _MAKE_AHEAD)
+                       or len(self._live) >= len(self._sources))
             if held is None:
                 if far or not self._make():
                     return
