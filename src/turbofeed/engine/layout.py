@@ -109,7 +109,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
     # a streamed plan's order: an array, or a resampled epoch's RoundsRankOrder (read by rounds)
     return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,  # type: ignore[arg-type]
                          concurrency=max(2, dataset.s3.config.prefetch_shards),
-                         ahead=(prefetch + 2) * plan.batch_size)
+                         ahead=(prefetch + 2) * plan.batch_size, blocks=plan.blocks)
 
 
 def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,

@@ -148,3 +148,25 @@ def test_an_epoch_drawing_each_shard_many_times_stays_within_the_cache(config, d
     assert peak <= config.cache_max_bytes + 2 * data["shard_bytes"], (peak, config.cache_max_bytes)
     assert took < 20, took  # the old code waited 5 s for room, shard after shard
     dl.close()
+
+
+def test_a_weighted_epoch_of_several_passes_stays_within_the_cache(config, data, tmp_path):
+    # without resampling, epoch_size = 4 passes: every shard is in 4 blocks of the epoch
+    dl = turbofeed.DataLoader([PREFIX], weights=[1.0], epoch_size=4 * SHARDS * PER_SHARD, batch_size=8,
+                              num_workers=2, s3=config, cache_dir=str(tmp_path), streaming=True, shuffle=True,
+                              transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
+                              return_keys=True)
+    before = dl.dataset.storage_stats()
+    watch = CacheWatch(str(tmp_path / "s3"))
+    t = time.perf_counter()
+    try:
+        got = keys_of(dl)
+    finally:
+        peak = watch.stop()
+    took = time.perf_counter() - t
+    after = dl.dataset.storage_stats()
+    assert Counter(got) == Counter(data["keys"] * 4)  # exactly 4 passes
+    assert after["cache_misses"] == before["cache_misses"], (after, before)  # each shard held for its block
+    assert peak <= config.cache_max_bytes + 2 * data["shard_bytes"], (peak, config.cache_max_bytes)
+    assert took < 20, took
+    dl.close()

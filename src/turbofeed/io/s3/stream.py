@@ -13,11 +13,13 @@ in ``budget`` bytes (the node cache's bound)::
     last use     A61 C63 F60    B127 ...
     held         A C F -> A C F B D E (prefetched while block 0 is read) -> B D E ...
 
-A resampled epoch's order (:mod:`turbofeed.plan.stream_rounds`) comes round by round and
-is never whole: its holds are made a round at a time as the downloads (or a reader)
-reach it, and a shard it draws again, in another block or round, is held again for that
-block (from the node cache while the copy is still there), not from its first use to its
-last over the epoch, so the bound holds however often a shard is drawn.
+A shard is held per block that reads it (the plan tells each position's block): a shard
+read in several blocks (drawn again by a resampled epoch, or in each pass of a weighted
+epoch of several passes) is held again for each (from the node cache while the copy is
+still there), never from its first use to its last over the epoch, so the bound holds
+however often a shard comes back. A resampled epoch's order
+(:mod:`turbofeed.plan.stream_rounds`) is never whole: its holds are made a round at a
+time, as the downloads (or a reader) reach it.
 
 A compressed shard (``.tar.gz`` ...) is held the same way through its decompressed copy
 (:class:`~turbofeed.io.local.compressed.PlainCopy`): made in the node cache ahead of its
@@ -347,12 +349,14 @@ class ShardStream:
 
 
 def stream_shards(shards: S3Shards, sources: Sequence[S3TarSource | object], starts: np.ndarray,
-                  order: np.ndarray | RoundsRankOrder, concurrency: int, ahead: int = 4096) -> ShardStream:
+                  order: np.ndarray | RoundsRankOrder, concurrency: int, ahead: int = 4096,
+                  blocks: np.ndarray | None = None) -> ShardStream:
     """The :class:`ShardStream` of a rank reading ``order`` (global sample ids: an array, or
     a resampled epoch's lazy order, read round by round) of a dataset whose shard ``k``
     holds ids ``starts[k] .. starts[k+1]-1``; ``ahead``: positions a read may be ahead of
-    the last batch done."""
-    chunks = [(0, np.asarray(order), None)] if isinstance(order, np.ndarray) else order.chunks()
+    the last batch done; ``blocks``: an array order's block of each position (a shard is
+    held per block that reads it; without, from its first use to its last)."""
+    chunks: Iterable[Chunk] = [(0, np.asarray(order), blocks)] if isinstance(order, np.ndarray) else order.chunks()
     stream = ShardStream(shards, sources, starts, chunks, budget=shards.cache.max_bytes, concurrency=concurrency,
                          ahead=ahead)
     shards.streamer = stream  # reads go through it; the whole-dataset prefetch stops
