@@ -156,3 +156,21 @@ def test_the_round_length_follows_the_block_size_and_stays_bounded():
     assert round_length(layout(c=2, block=2000)) == 2 * 4 * 20  # 4 blocks of 20 samples per stream
     assert round_length(layout(c=4, block=10)) == 4  # at least one sample per stream
     assert round_length(layout(c=2, block=1 << 50)) <= 1 << 20
+
+
+def test_a_streamed_plan_held_whole_tells_the_block_of_each_position():
+    # weighted, 3 passes, no resampling: every shard is in 3 blocks, which the fetch stage
+    # must tell apart (it holds a shard per block, not from its first pass to its last)
+    d = EpochDraw(shard_sizes=SIZES, groups=np.zeros(8, np.int64), weights=(1.0,), epoch_size=3 * int(SIZES.sum()))
+    plan = make_epoch_plan(0, batch_size=8, seed=1, epoch=0, shuffle=True, rank=0, world_size=1,
+                           stream=layout(c=1, block=2000), draw=d)
+    assert plan.blocks is not None and len(plan.blocks) == len(plan.order)
+    blocks_of = {}
+    for b in np.unique(plan.blocks).tolist():
+        ids = plan.order[plan.blocks == b]
+        where = np.flatnonzero(plan.blocks == b)
+        assert where.max() - where.min() + 1 == len(where)  # one stream: a block is contiguous
+        assert len(ids) <= 20 or len(set(shard_of(ids).tolist())) == 1  # fits 2000 bytes, or one shard
+        for k in set(shard_of(ids).tolist()):
+            blocks_of.setdefault(k, set()).add(b)
+    assert all(len(blocks) >= 2 for blocks in blocks_of.values()) and len(blocks_of) == 7  # shard 1 is empty
