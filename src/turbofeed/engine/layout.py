@@ -116,15 +116,18 @@ def warn_copies_overflow(dataset: Dataset) -> None:
                     "(s3://, streaming=True) or store plain .tar shards", len(copies), least, bound)
 
 
-def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None) -> FetchAhead | None:
-    """The fetch stage of a streamed pass over ``s3://`` shards (None otherwise)."""
+def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
+                prefetch: int = 2) -> FetchAhead | None:
+    """The fetch stage of a streamed pass over ``s3://`` shards (None otherwise);
+    ``prefetch``: the pass's batches in flight (how far its reads run ahead)."""
     if layout is None or dataset.s3 is None:
         return None
     from ..io.s3.stream import stream_shards
 
-    assert isinstance(plan.order, np.ndarray)  # a streamed order is drawn whole (never lazily)
-    return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,
-                         concurrency=max(2, dataset.s3.config.prefetch_shards))
+    # a streamed plan's order: an array, or a resampled epoch's RoundsRankOrder (read by rounds)
+    return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,  # type: ignore[arg-type]
+                         concurrency=max(2, dataset.s3.config.prefetch_shards),
+                         ahead=(prefetch + 2) * plan.batch_size, blocks=plan.blocks)
 
 
 def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,

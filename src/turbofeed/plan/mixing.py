@@ -8,8 +8,9 @@ comes from ``default_rng([seed, epoch, _TAG, group])``. Shard ``k`` holds the gl
     epoch_size=7          visits  s2:[3 4]  s0:[0 1 2]  | s0:[0 2]      a pass + 2 (e.g.)
     resample=True         visits  s2:[3 4]  s2:[3 4]  s0:[0 1 2] ...   with replacement,
                                   each non-empty shard equally likely, last one cut
-                                  (streaming only: a loader that does not stream draws
-                                  resampled epochs lazily, :mod:`turbofeed.plan.resampled`)
+                                  (not used by the loader: a resampled epoch is drawn
+                                  lazily, per position (:mod:`turbofeed.plan.resampled`)
+                                  or, streamed, per round (:func:`draw_round`))
 
 With ``groups=[0, 0, 1]`` and ``weights=[1, 3]``, an epoch of 5 samples takes quotas
 ``[1, 4]`` (largest remainder of 1.25 and 3.75): one sample of group 0, and group 1's 2
@@ -29,6 +30,7 @@ import numpy as np
 from .resampled import ResampledEpoch
 
 _TAG = 0x6D6978  # "mix": keeps these draws apart from plan.order's default_rng([seed, epoch])
+_ROUND_TAG = 0x726E64  # "rnd": a streamed resampled epoch's rounds (draw_round)
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,38 @@ def draw_epoch(shard_sizes: np.ndarray | Sequence[int], *, seed: int, epoch: int
     out = [_group_visits(np.flatnonzero((group_of == g) & (sizes > 0)).astype(np.int64), sizes, starts, quota,
                          resample, np.random.default_rng([seed, epoch, _TAG, g]))
            for g, quota in enumerate(per_group)]
+    shard, lens, ids = (np.concatenate([o[i] for o in out]) for i in range(3))
+    return ShardVisits(shard, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), ids)
+
+
+def draw_round(shard_sizes: np.ndarray | Sequence[int], *, seed: int, epoch: int, round: int, size: int,
+               groups: np.ndarray | None = None, weights: Sequence[float] | None = None) -> ShardVisits:
+    """Round ``round`` of a streamed resampled epoch (:mod:`turbofeed.plan.stream_rounds`):
+    ``size`` samples of whole shards drawn with replacement, as :func:`draw_epoch` with
+    ``resample`` draws them (each non-empty shard of a group equally likely, the last
+    visit cut to a seeded subset), but keyed by ``(seed, epoch, round)`` too, and each
+    group's count drawn (multinomial by ``weights``) instead of rounded: the shares hold
+    in expectation in rounds of any size, even of one sample.
+
+    Returns:
+        :class:`ShardVisits` of ``size`` samples, groups in group order.
+
+    Raises:
+        ValueError: as :func:`draw_epoch`.
+    """
+    sizes = np.asarray(shard_sizes)
+    draw_epoch(sizes, seed=seed, epoch=epoch, groups=groups, weights=weights, epoch_size=0,
+               resample=True)  # the same checks of sizes, groups and weights; nothing drawn
+    sizes = sizes.astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if size and not starts[-1]:
+        raise ValueError(f"epoch_size {size} needs samples, but all shards are empty")
+    group_of = _group_of(sizes, groups, weights)
+    w = np.array([1.0] if weights is None else weights, dtype=np.float64)
+    per_group = np.random.default_rng([seed, epoch, _ROUND_TAG, round]).multinomial(size, w / w.sum())
+    out = [_group_visits(np.flatnonzero((group_of == g) & (sizes > 0)).astype(np.int64), sizes, starts, int(quota),
+                         True, np.random.default_rng([seed, epoch, _ROUND_TAG, round, g]))
+           for g, quota in enumerate(per_group.tolist())]
     shard, lens, ids = (np.concatenate([o[i] for o in out]) for i in range(3))
     return ShardVisits(shard, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), ids)
 

@@ -25,10 +25,12 @@ import numpy as np
 
 from .mixing import EpochDraw
 from .resampled import ResampledRankOrder
+from .stream_rounds import rounds_rank_order
+from .streaming import StreamLayout, stream_blocks, stream_rank_order
 
-#: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one.
+#: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one
+#: (:class:`ResampledRankOrder`, or its streamed form :class:`~.stream_rounds.RoundsRankOrder`).
 Order = np.ndarray | ResampledRankOrder
-from .streaming import StreamLayout, stream_order, stream_rank_order
 
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -112,11 +114,16 @@ class EpochPlan:
             ``len``, ``order[i]``, slices, iteration), never the whole array.
         batch_size: samples per batch; the last batch is smaller unless ``drop_last``.
         drop_last: drop the final partial batch.
+        blocks: for a streamed order held whole, the block of each element (int64, as
+            ``order``; :func:`~turbofeed.plan.streaming.stream_blocks`): the fetch stage
+            holds a shard for each block that reads it. None otherwise (a resampled
+            streamed order tells its blocks round by round).
     """
 
     order: Order
     batch_size: int
     drop_last: bool
+    blocks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return count_batches(len(self.order), self.batch_size, self.drop_last)
@@ -154,20 +161,27 @@ def make_epoch_plan(
     of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
     (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
     epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once.
-    A resampled epoch outside streaming is drawn lazily (:mod:`turbofeed.plan.resampled`):
-    memory and time do not grow with ``epoch_size``."""
-    if draw is not None and draw.resample and stream is None:
-        lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
-                                  drop_last=drop_last, start=start)
+    A resampled epoch is drawn lazily (:mod:`turbofeed.plan.resampled`; streamed, round by
+    round, :mod:`turbofeed.plan.stream_rounds`): memory and time do not grow with ``epoch_size``."""
+    if draw is not None and draw.resample:
+        lazy: ResampledRankOrder
+        if stream is None:
+            lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
+                                      drop_last=drop_last, start=start)
+        else:
+            lazy = rounds_rank_order(draw, stream, seed=seed, epoch=epoch, shuffle=shuffle, rank=rank,
+                                     world_size=world_size, drop_last=drop_last, start=start)
         count_batches(len(lazy), batch_size, drop_last)  # validates batch_size
         return EpochPlan(order=lazy, batch_size=batch_size, drop_last=drop_last)
     visits = None if draw is None else draw.visits(seed=seed, epoch=epoch)
+    blocks = None
     if stream is not None:
-        full = stream_order(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
-                            canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes,
-                            visits=visits)
-        order = stream_rank_order(full, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
-                                  canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
+        full, block = stream_blocks(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
+                                    canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes,
+                                    visits=visits)
+        order, blocks = (stream_rank_order(a, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
+                                           canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
+                         for a in (full, block))  # the same positions of both
     else:
         order = rank_order(
             num_samples if visits is None else len(visits), seed=seed, epoch=epoch, shuffle=shuffle,
@@ -175,4 +189,4 @@ def make_epoch_plan(
             population=None if visits is None else visits.ids,
         )
     count_batches(len(order), batch_size, drop_last)  # validates batch_size
-    return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last)
+    return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last, blocks=blocks)

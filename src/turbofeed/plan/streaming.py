@@ -85,13 +85,30 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
     Returns:
         int64 sample ids, one per position of the epoch.
     """
+    return stream_blocks(starts, shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
+                         canonical_nodes=canonical_nodes, block_bytes=block_bytes, visits=visits)[0]
+
+
+def stream_blocks(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
+                  canonical_nodes: int, block_bytes: int, visits: ShardVisits | None = None,
+                  key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stream_order` and the block of every position.
+
+    Args:
+        key: one more number the generator is keyed by (a resampled epoch's round,
+            :mod:`turbofeed.plan.stream_rounds`); None for a whole epoch.
+
+    Returns:
+        ``(order, block)``: int64 sample ids, and int64 block numbers (stream 0's blocks
+        ``0, 1, ..``, then stream 1's, ...) of the same length.
+    """
     if canonical_nodes < 1 or block_bytes < 1:
         raise ValueError(f"canonical_nodes and block_bytes must be >= 1, got {canonical_nodes}, {block_bytes}")
     starts = np.asarray(starts, dtype=np.int64)
     if visits is None:
         visits = draw_epoch(np.diff(starts), seed=seed, epoch=epoch)  # every shard once
     shard, bounds, ids = visits.shard, visits.start, visits.ids
-    rng = np.random.default_rng([seed, epoch, _TAG])
+    rng = np.random.default_rng([seed, epoch, _TAG] + ([] if key is None else [int(key)]))
     lengths = np.diff(bounds)
     order = rng.permutation(len(shard)) if shuffle else np.arange(len(shard))
     seq_lengths = lengths[order]
@@ -102,15 +119,20 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
     seq_shard = np.repeat(shard[order], seq_lengths)
     per_sample = np.asarray(shard_bytes, dtype=np.float64) / np.maximum(np.diff(starts), 1)
     out = np.empty(total, dtype=np.int64)
+    block = np.empty(total, dtype=np.int64)
     edges = stream_edges(total, canonical_nodes)
+    numbered = 0
     for c in range(canonical_nodes):
         lo, hi = int(edges[c]), int(edges[c + 1])
-        stream = seq[lo:hi]
-        if shuffle:
-            for b0, b1 in _blocks(seq_shard[lo:hi], per_sample, block_bytes):
+        stream, tags = seq[lo:hi], np.empty(hi - lo, dtype=np.int64)
+        for b0, b1 in _blocks(seq_shard[lo:hi], per_sample, block_bytes):
+            if shuffle:
                 stream[b0:b1] = rng.permutation(stream[b0:b1])
+            tags[b0:b1] = numbered
+            numbered += 1
         out[c::canonical_nodes] = stream
-    return out
+        block[c::canonical_nodes] = tags
+    return out, block
 
 
 def stream_edges(total: int, canonical_nodes: int) -> np.ndarray:

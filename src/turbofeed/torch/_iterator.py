@@ -91,7 +91,8 @@ class _LoaderIterator:
         if loader.batch_transform is not None:
             then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
         self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
-                             prefetch=loader.prefetch, fetch=fetch_stage(loader.dataset, plan, loader.stream_layout))
+                             prefetch=loader.prefetch,
+                             fetch=fetch_stage(loader.dataset, plan, loader.stream_layout, loader.prefetch))
 
     def __iter__(self) -> "_LoaderIterator":
         return self

@@ -125,8 +125,9 @@ class DataLoader(EpochBook, TorchDropIn):
             read, so any ``epoch_size`` (``2_000_000_000``) starts at once in memory that
             does not grow with it (:mod:`turbofeed.plan.resampled`); the draws are in
             random order already, whatever ``shuffle`` says. Streamed: whole
-            shards drawn with replacement (WebDataset's resampled shards), the epoch's
-            draw held in memory (8 bytes per sample).
+            shards drawn with replacement (WebDataset's resampled shards), lazily too,
+            round by round (:mod:`turbofeed.plan.stream_rounds`); ``shuffle`` shuffles
+            the samples inside each block.
         apply_exif_orientation: turn each image upright by its EXIF Orientation tag
             (1-8, as ``PIL.ImageOps.exif_transpose`` does) before the crop window is
             chosen, on every decode path (torchvision's name; default False, as
@@ -233,8 +234,8 @@ class DataLoader(EpochBook, TorchDropIn):
         more: dict[str, Any] = {} if self.stream_layout is None else {"streaming": True}
         if self.draw is not None:
             more["draw"] = self.draw.fingerprint()
-            if self.draw.resample and self.stream_layout is None:  # drawn per position since #24
-                more["resampled"] = "per-position"
+            if self.draw.resample:  # drawn lazily since #24: per position, or streamed, per round
+                more["resampled"] = "per-position" if self.stream_layout is None else "rounds"
         return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
                                 drop_last=self.drop_last, **more)
 

@@ -13,6 +13,14 @@ in ``budget`` bytes (the node cache's bound)::
     last use     A61 C63 F60    B127 ...
     held         A C F -> A C F B D E (prefetched while block 0 is read) -> B D E ...
 
+A shard is held per block that reads it (the plan tells each position's block): a shard
+read in several blocks (drawn again by a resampled epoch, or in each pass of a weighted
+epoch of several passes) is held again for each (from the node cache while the copy is
+still there), never from its first use to its last over the epoch, so the bound holds
+however often a shard comes back. A resampled epoch's order
+(:mod:`turbofeed.plan.stream_rounds`) is never whole: its holds are made a round at a
+time, as the downloads (or a reader) reach it.
+
 A compressed shard (``.tar.gz`` ...) is held the same way through its decompressed copy
 (:class:`~turbofeed.io.local.compressed.PlainCopy`): made in the node cache ahead of its
 block (counted by the copy's size), unpinned after its last sample, so the copies of one
@@ -32,7 +40,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +51,7 @@ from ...engine.stages import StageInfo
 from ...errors import StorageError
 
 if TYPE_CHECKING:
+    from ...plan.stream_rounds import RoundsRankOrder
     from ..local.compressed import PlainCopy
     from .shards import S3Shards, S3TarSource
 
@@ -50,64 +60,73 @@ log = logging.getLogger("turbofeed")
 _NO_ROOM_WAIT_S = 5.0  # how long a fill waits for other processes to release room
 _PLAIN_WAIT_S = 60.0   # the same for a compressed shard's copy, which has no ranged-GET fallback
 _POLL_S = 0.05
+_MAKE_AHEAD = 1 << 20  # positions past the last batch done whose holds the downloads may make
 
 
 class _Held:
-    """One shard of the stream: its download's outcome, and who waits for it."""
+    """One hold of the stream: shard ``k`` from its first use to position ``last`` (a
+    shard the order reads in two blocks, or two rounds, has a hold for each), its
+    download's outcome, and who waits for it."""
 
-    def __init__(self, size: int, plain: PlainCopy | None = None) -> None:
+    def __init__(self, k: int, last: int, size: int, plain: PlainCopy | None = None) -> None:
+        self.k = k
+        self.last = last            # the last position of the rank's order that reads it
         self.size = size
         self.plain = plain          # a compressed shard's copy, held instead of ``fd``
         self.started = False
+        self.dropped = False        # every position reading it is done: no longer counted
         self.ready = threading.Event()
         self.fd: int | None = None  # the pinned copy; None after release or without room
         self.readers = 0            # preads in progress on ``fd``
         self.released = False       # close ``fd`` once the last reader is done
 
 
+Chunk = tuple[int, np.ndarray, "np.ndarray | None"]  # (first position, sample ids, block of each or None)
+
+
 class ShardStream:
     """Fetch stage of one streamed pass (see the module docstring).
+
+    The rank's order comes in chunks (the whole order as one, or a resampled epoch's
+    rounds, :meth:`turbofeed.plan.stream_rounds.RoundsRankOrder.chunks`), read lazily:
+    the holds of a chunk are made when the downloads reach it or a reader needs it,
+    at most ``ahead`` positions past the last batch done (plus what the budget lets
+    the downloads run ahead). Invariant: the bytes of started holds not yet done stay
+    within ``budget``, except for a hold a reader needs at once.
 
     Args:
         shards: the dataset's ``s3://`` shards (client, node cache).
         sources: the dataset's sources, by shard index (only :class:`S3TarSource` are
             streamed; the others read as usual).
-        order_shards: the shard index of every position of this rank's order.
+        starts: int64 ``[K + 1]``: shard ``k`` holds sample ids ``starts[k] .. starts[k+1]-1``.
+        chunks: the rank's order, chunk by chunk.
         budget: bytes of shards to hold at once (the node cache's bound).
         concurrency: whole-shard downloads at once.
+        ahead: positions a read may be ahead of the last batch done (the batches in flight).
     """
 
     info = StageInfo("fetch.stream", "batch", ("shards_downloaded", "evictions"))
 
-    def __init__(self, shards: S3Shards, sources: Sequence[object], order_shards: np.ndarray,
-                 *, budget: int, concurrency: int = 2) -> None:
+    def __init__(self, shards: S3Shards, sources: Sequence[object], starts: np.ndarray, chunks: Iterable[Chunk],
+                 *, budget: int, concurrency: int = 2, ahead: int = 4096) -> None:
         from .shards import S3TarSource
 
         self._shards = shards
         self.budget = budget
-        order_shards = np.asarray(order_shards, dtype=np.int64)
-        uniq, first = np.unique(order_shards, return_index=True)
-        _, last_rev = np.unique(order_shards[::-1], return_index=True)
-        last = len(order_shards) - 1 - last_rev
-        by_first = np.argsort(first, kind="stable")
-        self._queue: list[int] = []        # shards to download, in order of first use
-        self._last: dict[int, int] = {}    # shard -> last position that reads it
-        self._held: dict[int, _Held] = {}
-        self._index: dict[int, int] = {}   # id(source) -> shard
-        for j in by_first.tolist():
-            k = int(uniq[j])
-            src = sources[k]
-            if isinstance(src, S3TarSource):
-                self._queue.append(k)
-                self._last[k] = int(last[j])
-                plain = src.plain
-                self._held[k] = _Held(src.info.size if plain is None else plain.size or src.info.size, plain)
-                self._index[id(src)] = k
-        self._sources: dict[int, S3TarSource] = {k: sources[k] for k in self._queue}  # type: ignore[misc]
-        self._next = 0        # next shard of the queue to start
-        self._holding = 0     # bytes of started shards not yet released
+        self._starts = np.asarray(starts, dtype=np.int64)
+        self._sources: dict[int, S3TarSource] = {k: s for k, s in enumerate(sources) if isinstance(s, S3TarSource)}
+        # a compressed one's reads come here too: its copy is made in its block's turn
+        self._index = {id(s): k for k, s in self._sources.items()}
+        self._chunks = iter(chunks)
+        self._frontier = 0    # positions whose holds are made
+        self._ahead = max(1, ahead)
+        self._queue: deque[_Held] = deque()      # holds not started, in order of first use
+        self._live: list[_Held] = []             # holds made and not dropped
+        self._by_shard: dict[int, list[_Held]] = {}  # shard -> its live holds, in order
         self._done = 0        # positions whose reads are all done
+        self._holding = 0     # bytes of started holds not yet dropped
         self._lock = threading.Lock()
+        self._make_lock = threading.Lock()
         self._stop = threading.Event()
         self._pool = Executor(max(1, concurrency), "stream")
         self._warned = False
@@ -126,19 +145,27 @@ class ShardStream:
         k = self._index.get(id(source))
         if k is None:
             return None
-        held = self._held[k]
-        if not held.started:
-            self._start(k)
-        while not held.ready.wait(_POLL_S):
-            if self._stop.is_set():
-                raise InterruptedError("the stream was closed")
-        if held.plain is not None:  # a compressed shard: its copy, made by _fetch (or again now)
-            return held.plain.pread(offset, size)
-        with self._lock:
-            fd = held.fd
-            if fd is None:
+        for _ in range(3):  # a hold dropped under us (its reads done) leaves the next one
+            held = self._hold_of(k)
+            if held is None:
                 return None
-            held.readers += 1  # the descriptor stays open (its number is not reused) until we are done
+            if not held.started:
+                self._start(held)
+            while not held.ready.wait(_POLL_S):
+                if self._stop.is_set():
+                    raise InterruptedError("the stream was closed")
+            if held.plain is not None:  # a compressed shard: its copy, made by _fetch (or again now)
+                return held.plain.pread(offset, size)
+            with self._lock:
+                fd = held.fd
+                if fd is None:
+                    if held.dropped:
+                        continue
+                    return None
+                held.readers += 1  # the descriptor stays open (its number is not reused) until we are done
+            break
+        else:
+            return None
         try:
             data = os.pread(fd, size, offset)
         finally:
@@ -152,21 +179,40 @@ class ShardStream:
                                f"({len(data)} of {size} bytes)")
         return data
 
+    def _hold_of(self, k: int) -> _Held | None:
+        """Shard ``k``'s first live hold, making holds up to ``ahead`` positions past the
+        last batch done to find one; None if no position there reads it."""
+        while True:
+            with self._lock:
+                found = self._by_shard.get(k)
+                if found:
+                    return found[0]
+                if self._frontier >= self._done + self._ahead:
+                    return None
+            if not self._make():
+                return None
+
     # ----- the engine's side ---------------------------------------------------------
     def done(self, position: int) -> None:
-        """Every read of positions ``< position`` is done: release the shards no later
+        """Every read of positions ``< position`` is done: release the holds no later
         position reads, and start the downloads that now fit."""
         released = []
         with self._lock:
             self._done = max(self._done, position)
-            for k, last in list(self._last.items()):
-                if last < self._done:
-                    del self._last[k]  # a download still running closes its copy when it ends
-                    held = self._held[k]
-                    if held.started:
-                        self._holding -= held.size
-                        if held.ready.is_set():
-                            released.append(held)
+            live = []
+            for held in self._live:
+                if held.last >= self._done:
+                    live.append(held)
+                    continue
+                held.dropped = True  # a download still running closes its copy when it ends
+                self._by_shard[held.k].remove(held)
+                if not self._by_shard[held.k]:
+                    del self._by_shard[held.k]
+                if held.started:
+                    self._holding -= held.size
+                    if held.ready.is_set():
+                        released.append(held)
+            self._live = live
         for held in released:
             self._close(held)
         self._pump()
@@ -177,42 +223,88 @@ class ShardStream:
         if self._shards.streamer is self:
             self._shards.streamer = None
         self._pool.close()
-        for held in self._held.values():
+        with self._lock:
+            live = list(self._live)
+        for held in live:
             if held.ready.is_set():
                 self._close(held)
 
+    # ----- holds ---------------------------------------------------------------------
+    def _make(self) -> bool:
+        """Make the holds of the next chunk of the order; False at its end."""
+        with self._make_lock:
+            if self._stop.is_set():
+                return False
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return False
+            j0, ids, block = chunk
+            made = self._holds(j0, np.asarray(ids, dtype=np.int64), block)
+            with self._lock:
+                self._frontier = j0 + len(ids)
+                for held in made:
+                    if held.last < self._done:
+                        continue  # read already (a chunk made late)
+                    self._queue.append(held)
+                    self._live.append(held)
+                    self._by_shard.setdefault(held.k, []).append(held)
+            return True
+
+    def _holds(self, j0: int, ids: np.ndarray, block: np.ndarray | None) -> list[_Held]:
+        """The holds of one chunk, in order of first use: one per (shard, block) read."""
+        shard = np.searchsorted(self._starts, ids, side="right") - 1
+        key = shard if block is None else np.asarray(block, dtype=np.int64) * len(self._starts) + shard
+        uniq, first = np.unique(key, return_index=True)
+        _, last_rev = np.unique(key[::-1], return_index=True)
+        last = len(key) - 1 - last_rev
+        made = []
+        for u in np.argsort(first, kind="stable").tolist():
+            k = int(shard[first[u]])
+            src = self._sources.get(k)
+            if src is None:
+                continue
+            plain = src.plain
+            size = src.info.size if plain is None else plain.size or src.info.size
+            made.append(_Held(k, j0 + int(last[u]), size, plain))
+        return made
+
     # ----- downloads -----------------------------------------------------------------
     def _pump(self) -> None:
-        """Start downloads in order of first use while they fit the budget."""
+        """Start downloads in order of first use while they fit the budget, making the
+        holds of the next chunks as the downloads reach them."""
         while True:
             with self._lock:
-                while self._next < len(self._queue) and (
-                        self._held[self._queue[self._next]].started or self._queue[self._next] not in self._last):
-                    self._next += 1
-                if self._next >= len(self._queue) or self._stop.is_set():
+                while self._queue and (self._queue[0].started or self._queue[0].dropped):
+                    self._queue.popleft()
+                if self._stop.is_set():
                     return
-                k = self._queue[self._next]
-                size = self._held[k].size
-                if self._holding and self._holding + size > self.budget:
+                held = self._queue[0] if self._queue else None
+                if held is not None and self._holding and self._holding + held.size > self.budget:
                     return
-            self._start(k)
+                # far enough: a lookahead of positions, or as many holds as shards (the
+                # descriptors of a whole-epoch order's holds)
+                far = (self._frontier >= self._done + max(self._ahead, _MAKE_AHEAD)
+                       or len(self._live) >= len(self._sources))
+            if held is None:
+                if far or not self._make():
+                    return
+                continue
+            self._start(held)
 
-    def _start(self, k: int) -> None:
+    def _start(self, held: _Held) -> None:
         with self._lock:
-            held = self._held[k]
             if held.started:
                 return
             held.started = True
-            if k in self._last:
+            if not held.dropped:
                 self._holding += held.size
         try:
-            self._pool.post(self._fetch, k)
+            self._pool.post(self._fetch, held)
         except ExecutorClosed:
             held.ready.set()
 
-    def _fetch(self, k: int) -> None:
-        held = self._held[k]
-        src = self._sources[k]
+    def _fetch(self, held: _Held) -> None:
+        src = self._sources[held.k]
         try:
             if held.plain is not None:
                 # made now, in its block's turn, and pinned until released; room held by
@@ -239,7 +331,7 @@ class ShardStream:
         finally:
             with self._lock:
                 held.ready.set()
-                unused = self._stop.is_set() or k not in self._last
+                unused = self._stop.is_set() or held.dropped
             if unused:  # released (or closed) while it was downloading
                 self._close(held)
 
@@ -263,10 +355,15 @@ class ShardStream:
 
 
 def stream_shards(shards: S3Shards, sources: Sequence[S3TarSource | object], starts: np.ndarray,
-                  order: np.ndarray, concurrency: int) -> ShardStream:
-    """The :class:`ShardStream` of a rank reading ``order`` (global sample ids) of a
-    dataset whose shard ``k`` holds ids ``starts[k] .. starts[k+1]-1``."""
-    shard_of = np.searchsorted(np.asarray(starts), np.asarray(order), side="right") - 1
-    stream = ShardStream(shards, sources, shard_of, budget=shards.cache.max_bytes, concurrency=concurrency)
+                  order: np.ndarray | RoundsRankOrder, concurrency: int, ahead: int = 4096,
+                  blocks: np.ndarray | None = None) -> ShardStream:
+    """The :class:`ShardStream` of a rank reading ``order`` (global sample ids: an array, or
+    a resampled epoch's lazy order, read round by round) of a dataset whose shard ``k``
+    holds ids ``starts[k] .. starts[k+1]-1``; ``ahead``: positions a read may be ahead of
+    the last batch done; ``blocks``: an array order's block of each position (a shard is
+    held per block that reads it; without, from its first use to its last)."""
+    chunks: Iterable[Chunk] = [(0, np.asarray(order), blocks)] if isinstance(order, np.ndarray) else order.chunks()
+    stream = ShardStream(shards, sources, starts, chunks, budget=shards.cache.max_bytes, concurrency=concurrency,
+                         ahead=ahead)
     shards.streamer = stream  # reads go through it; the whole-dataset prefetch stops
     return stream
