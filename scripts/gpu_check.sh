@@ -21,6 +21,7 @@
 #   --dry-run   every step on the CPU: the wheels are only resolved for CPython 3.12 (pip
 #               --dry-run), the environment here is used, tiny data, the CPU stand-in
 #               decoder and CPU timings (tests/test_gpu_check.py runs this in CI)
+#               (GPU_CHECK_INSTALL=1: install them for real, for wheels made for this Python)
 #   --count N   images to generate (default 4096; dry run 48)
 # Environment: GPU_CHECK_PYTHON (default python3), GPU_CHECK_TESTS (test paths),
 #   GPU_CHECK_TEST_BUDGET (seconds, default 130), GPU_CHECK_BENCH_BUDGET (default 200; with
@@ -80,7 +81,8 @@ do_install() {
         export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
         [ "$DRY" = 1 ]; return  # a GPU run without the wheels misses simplejpeg, KvikIO, the native decoder
     fi
-    if [ "$DRY" = 1 ]; then  # the wheels are cp312: resolve them as the GPU machine will, install nothing
+    if [ "$DRY" = 1 ] && [ "${GPU_CHECK_INSTALL:-0}" != 1 ]; then
+        # the wheels are cp312: resolve them as the GPU machine will, install nothing
         echo "dry run: resolving ${#wheels[@]} wheels for CPython 3.12 (pip --dry-run, no index)"
         local platforms=(--platform manylinux2014_x86_64) n  # pip matches each tag exactly
         for n in 17 24 27 28 31 34 35 39; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
