@@ -71,6 +71,8 @@ class GpuDecoder:
 
         self.torch = torch
         self.device = torch.device(device)
+        if self.device.index is None:  # one name per GPU: torchvision re-creates (and leaks) its
+            self.device = torch.device("cuda", torch.cuda.current_device())  # decoder when it changes
         self.backend = name
         self.description = reason
         self.max_pixels = max_pixels()  # read once, checked per image in decode()
