@@ -2,6 +2,8 @@
 """The GPU check's benchmarks: one short run, batch 256, ImageNet-like tar shards.
 
 Rows (each with a fixed duration or step count, so the whole run takes about 3 minutes):
+  probe           what nvJPEG does with truncated, CMYK, PNG, empty and garbage input, and
+                  whether switching "cuda"/"cuda:0" grows memory (bench/gpu_probe.py)
   nvjpeg-raw      torchvision.io.decode_jpeg(list of CPU tensors, device="cuda"): batched
                   nvJPEG on bytes already in memory, nothing else (the ceiling)
   gpu-loader      turbofeed.DataLoader(gpu_decode=True): train and eval, uint8 and
@@ -41,7 +43,7 @@ import torch
 import turbofeed
 from turbofeed import transforms as T
 
-ROWS = ("nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
+ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
 
 
 class Settings:
@@ -135,6 +137,12 @@ def timed_loop(step: Callable[[], int], seconds: float, s: Settings, min_iters: 
 
 
 # ----------------------------------------------------------------------------- the rows
+
+def row_probe(s: Settings, shards: list[str], results: dict) -> dict:
+    from gpu_probe import probe  # bench/, beside this script
+
+    return probe(read_jpegs(shards, 1)[0], s.dry_run, CpuStandInDecoder() if s.dry_run else None)
+
 
 def row_nvjpeg(s: Settings, shards: list[str], results: dict) -> dict:
     datas = read_jpegs(shards, 8 * s.batch)
@@ -398,6 +406,11 @@ def block(report: dict) -> str:
             lines.append(f"| {name} | {gds[name]['method']} | {gds[name]['gb_per_s']:.2f} |")
     if "error" in gds:
         lines.append(f"| failed | {gds['error'][:120]} | |")
+    probe = r.get("probe") or {}
+    lines += ["", f"| odd input ({probe.get('backend', '-')}) | outcome |", "|---|---|"]
+    for key, value in probe.items():
+        if key != "backend":
+            lines.append(f"| {key} | {json.dumps(value) if isinstance(value, dict) else value} |")
     lines += ["", "| goal | measured | met |", "|---|---|---|"]
     for goal, measured, met in goals(r):
         lines.append(f"| {goal} | {measured} | {'-' if met is None else ('yes' if met else 'NO')} |")

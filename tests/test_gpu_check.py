@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = ("nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
+ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
 
 
 def _check(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -42,6 +42,9 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
     for name in ROWS:
         assert "error" not in report["results"][name], (name, report["results"][name])
     assert report["results"]["nvjpeg"]["images_per_s"] > 0
+    probe = report["results"]["probe"]  # the CPU stand-in: strict, refuses image by image
+    assert probe["truncated_alone"]["outcome"].startswith("raised")
+    assert probe["gpudecoder_mixed_batch"]["none"] == ["empty", "garbage", "truncated"]
     assert set(report["results"]["loader"]) == {"train-uint8", "train-float", "eval-uint8", "eval-float"}
     assert len(report["results"]["memory"]["epochs"]) == 3
     assert {g["goal"] for g in report["goals"]} and len(report["goals"]) == 5
