@@ -75,10 +75,11 @@ step() {  # step NAME FUNCTION: run it, log its time and status, never stop the 
 
 do_install() {
     shopt -s nullglob
-    local wheels=("$WHEELS"/*.whl)
+    local wheels=("$WHEELS"/*.whl) base=${PYTHONPATH:-}
+    # The checkout's code, whatever happens below (a failed install still tests this tree)
+    export PYTHONPATH=$ROOT/src${base:+:$base}
     if [ ${#wheels[@]} = 0 ]; then
         echo "no wheels in $WHEELS: using the environment as it is (scripts/gpu_wheels.sh makes them)"
-        export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
         [ "$DRY" = 1 ]; return  # a GPU run without the wheels misses simplejpeg, KvikIO, the native decoder
     fi
     if [ "$DRY" = 1 ] && [ "${GPU_CHECK_INSTALL:-0}" != 1 ]; then
@@ -89,7 +90,6 @@ do_install() {
         "$PY" -m pip install -q --dry-run --disable-pip-version-check --no-index --no-deps --only-binary=:all: \
             --python-version 3.12 --implementation cp "${platforms[@]}" --target "$WORK/dry-site" \
             "${wheels[@]}" || return 1
-        export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
         return 0
     fi
     rm -rf "$WORK/site" "$WORK/src"
@@ -105,7 +105,7 @@ do_install() {
     else
         echo "the turbofeed wheel's native decoder is missing: the CPU rows run the Python path"
     fi
-    export PYTHONPATH=$WORK/src:$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+    export PYTHONPATH=$WORK/src:$WORK/site${base:+:$base}
     echo "PYTHONPATH=$PYTHONPATH"
     "$PY" -c "import turbofeed, turbofeed.decode.native as n; print('turbofeed', turbofeed.__file__, n.status()[:2])"
 }

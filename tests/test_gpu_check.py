@@ -44,7 +44,7 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
     assert report["results"]["nvjpeg"]["images_per_s"] > 0
     probe = report["results"]["probe"]  # the CPU stand-in: strict, refuses image by image
     assert probe["truncated_alone"]["outcome"].startswith("raised")
-    assert probe["gpudecoder_mixed_batch"]["none"] == ["empty", "garbage", "truncated"]
+    assert probe["gpudecoder_mixed_batch"]["none"] == ["empty", "garbage", "truncated", "cmyk"]
     assert set(report["results"]["loader"]) == {"train-uint8", "train-float", "eval-uint8", "eval-float"}
     assert len(report["results"]["memory"]["epochs"]) == 3
     assert {g["goal"] for g in report["goals"]} and len(report["goals"]) == 5
