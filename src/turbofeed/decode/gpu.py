@@ -89,9 +89,8 @@ class GpuDecoder:
     def _open_nvimgcodec(self) -> None:
         from nvidia import nvimgcodec
 
-        torch = self.torch
         self._nvimgcodec = nvimgcodec
-        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        index = self.device.index  # always set (__init__)
         # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
         # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
         try:
