@@ -206,3 +206,21 @@ def test_abi3audit_finds_no_symbol_outside_the_stable_abi(wheel):
     for result in (r["result"] for r in results):
         assert result["is_abi3"] and result["is_abi3_baseline_compatible"], result
         assert result["baseline"] == "3.11" and not result["non_abi3_symbols"], result
+
+
+def test_gpu_check_runs_the_checkout_with_the_wheels_native_decoder(wheel, tmp_path):
+    """scripts/gpu_check.sh's install step, for real, with this Python's wheel folder: the
+    checkout's src/ runs with the wheel's _crop.abi3.so and bundled libjpeg beside it."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    shutil.copy(wheel, folder)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "TURBOFEED_NATIVE"}}
+    env.update(GPU_CHECK_PYTHON=sys.executable, GPU_CHECK_INSTALL="1")
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--only", "tests",
+                           "--wheels", str(folder), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=600, env=env)
+    log = (tmp_path / "out" / "gpu_check.log").read_text()
+    assert done.returncode == 0, log[-4000:]
+    src = tmp_path / "work" / "src"
+    assert f"turbofeed {src}/turbofeed/__init__.py (True, 'built (_crop.abi3.so)" in log, log[:3000]
+    assert (src / "turbofeed.libs").is_dir() and (src / "turbofeed" / "decode" / "_crop.abi3.so").is_file()

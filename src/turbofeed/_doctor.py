@@ -17,8 +17,8 @@ from typing import Any
 TORCH_FIX = "pip install 'turbofeed[torch]'"
 CUDA_TORCH_FIX = ("install a CUDA build of PyTorch: the pip command for your CUDA version is at "
                   "https://pytorch.org/get-started/locally/")
-GPU_BACKEND_FIX = ("pip install 'nvidia-nvimgcodec-cu12[nvjpeg]' (or torchvision built for your torch: "
-                   "pip install torchvision)")
+GPU_BACKEND_FIX = ("pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' (CUDA 12: -cu12; or torchvision built for "
+                   "your torch: pip install torchvision)")
 GDS_FIX = "pip install 'turbofeed[gds]'"
 S3_FIX = "pip install 'turbofeed[s3]'"
 _GPU_MODULES = {"nvimgcodec": "nvidia.nvimgcodec", "torchvision": "torchvision.io"}

@@ -76,3 +76,58 @@ def test_probe_is_a_plain_function():
     text = format_status(status)
     assert text.splitlines()[0].startswith("CUDA")
     assert status.as_dict()["config_sources"]["queue_depth"] == "default"
+
+
+def _shared_library(path, tmp_path) -> None:
+    """A real (empty) shared library at ``path``, built with the C compiler."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a shared library")
+    source = tmp_path / "empty.c"
+    source.write_text("int turbofeed_test_symbol(void) { return 1; }\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("layout", ["cu13", "cufile"])
+def test_libcufile_of_the_cuda_13_wheel_is_found(tmp_path, layout):
+    """CUDA 13's nvidia-cufile wheel puts it in nvidia/cu13/lib, CUDA 12's in nvidia/cufile/lib.
+    Checked in a child process whose only `nvidia` package is the one built here."""
+    lib = tmp_path / "site" / "nvidia" / layout / "lib" / "libcufile.so.0"
+    _shared_library(lib, tmp_path)
+    code = "from turbofeed.gds.status import _find_libcufile; print(_find_libcufile())"
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(tmp_path / "site")]), "LD_LIBRARY_PATH": ""}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    found = done.stdout.strip()
+    if found != str(lib) and found != "None" and "nvidia" not in found:
+        pytest.skip(f"this machine has a system libcufile ({found}): it is found first")
+    assert found == str(lib)
+
+
+def test_compat_mode_is_read_from_kvikio_26s_defaults_submodule(tmp_path):
+    """KvikIO 26.x: `import kvikio` does not import `kvikio.defaults`, so an attribute read
+    finds nothing. KvikIO itself needs CUDA's libraries, which cannot be loaded on a
+    machine without them, so a package with KvikIO 26.10's layout stands in for it here
+    (the real one runs in the GPU check: tests/gds/test_cuda.py, `turbofeed gds-status`)."""
+    package = tmp_path / "site" / "kvikio"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "26.10.0"\n')  # no `from . import defaults`
+    (package / "defaults.py").write_text(
+        "import enum\n"
+        "class CompatMode(enum.Enum):\n    OFF = 0\n    ON = 1\n    AUTO = 2\n"
+        "def get(name):\n    assert name == 'compat_mode'\n    return CompatMode.AUTO\n"
+        "def is_compat_mode_preferred():\n    return True\n")
+    code = "import json; from turbofeed.gds import probe; print(json.dumps(probe().__dict__, default=str))"
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(tmp_path / "site")])}
+    env.pop("KVIKIO_COMPAT_MODE", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["kvikio"] is True and report["kvikio_version"] == "26.10.0"
+    assert report["compat_mode"] == "AUTO" and report["compat_effective"] is True, report
+    assert "could not ask" not in report["compat_why"]

@@ -41,6 +41,12 @@ def test_empty_and_rubbish_data_come_back_none_and_the_rest_decode(shard_paths):
     assert out[0] is not None and out[3] is not None and out[0].is_cuda
 
 
+def test_the_decoder_names_its_device_with_an_index():
+    """torchvision keeps one process-wide decoder and re-creates it (leaking nvJPEG buffers)
+    whenever the device differs: "cuda" and "cuda:0" must not alternate."""
+    assert GpuDecoder("cuda").device == GpuDecoder("cuda:0").device == torch.device("cuda", 0)
+
+
 @pytest.mark.parametrize("backend", ["torchvision", "nvimgcodec"])
 def test_each_installed_backend_starts_and_decodes(shard_paths, backend):
     """nvImageCodec 0.7+ renamed ColorSpec.RGB to SRGB: the backend must still start."""

@@ -76,6 +76,8 @@ class GpuDecoder:
 
         self.torch = torch
         self.device = torch.device(device)
+        if self.device.index is None:  # one name per GPU: torchvision re-creates (and leaks) its
+            self.device = torch.device("cuda", torch.cuda.current_device())  # decoder when it changes
         self.backend = name
         self.description = reason
         self.max_pixels = max_pixels()  # read once, checked per image in decode()
@@ -92,9 +94,8 @@ class GpuDecoder:
     def _open_nvimgcodec(self) -> None:
         from nvidia import nvimgcodec
 
-        torch = self.torch
         self._nvimgcodec = nvimgcodec
-        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        index = self.device.index  # always set (__init__)
         # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
         # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -136,7 +137,10 @@ def _probe_kvikio(s: Status, env: dict[str, str]) -> None:
     s.kvikio = True
     s.kvikio_version = str(getattr(kvikio, "__version__", "?"))
     s.kvikio_why = f"KvikIO {s.kvikio_version} imported"
-    defaults: Any = getattr(kvikio, "defaults", None)
+    try:  # KvikIO 26.x does not import its defaults submodule in `import kvikio`
+        defaults: Any = importlib.import_module(f"{kvikio.__name__}.defaults")
+    except ImportError:
+        defaults = getattr(kvikio, "defaults", None)
     try:
         # KvikIO >= 25.02: defaults.get("compat_mode") -> CompatMode and
         # defaults.is_compat_mode_preferred() -> what AUTO resolved to. Older: a bool or
@@ -173,17 +177,19 @@ def _mode_name(value: Any) -> str:
 
 
 def _find_libcufile() -> str | None:
-    """A loadable libcufile (the system's, or the ``nvidia-cufile-cu12`` wheel's)."""
+    """A loadable libcufile: the system's, or a wheel's (``nvidia-cufile-cu12`` puts it in
+    ``nvidia/cufile/lib``, CUDA 13's ``nvidia-cufile`` in ``nvidia/cu13/lib``)."""
     candidates = list(_CUFILE_NAMES)
     found = ctypes.util.find_library("cufile")
     if found:
         candidates.insert(0, found)
     try:
-        import nvidia.cufile as wheel  # the pip wheel KvikIO depends on
+        import nvidia  # the namespace package of NVIDIA's wheels (KvikIO depends on one of them)
 
-        for folder in list(getattr(wheel, "__path__", [])):
-            for name in _CUFILE_NAMES:
-                candidates.append(os.path.join(folder, "lib", name))
+        for folder in list(getattr(nvidia, "__path__", [])):
+            for sub in ("cufile", "cu13", "cu12"):
+                for name in _CUFILE_NAMES:
+                    candidates.append(os.path.join(folder, sub, "lib", name))
     except ImportError:
         pass
     for name in candidates:

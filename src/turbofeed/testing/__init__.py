@@ -8,9 +8,11 @@ tested offline, with dropped connections, ``503 SlowDown`` and cut bodies on dem
         config = turbofeed.S3Config(endpoint_url=proxy.endpoint, access_key_id="test",
                                     secret_access_key="test")
 
-``LocalS3Server`` needs moto (``pip install 'turbofeed[test]'``).
+``LocalS3Server`` needs moto (``pip install 'turbofeed[test]'``). ``CpuStandInDecoder``
+(:mod:`.gpu`) stands in for the GPU decoder on a machine without one.
 """
 
+from .gpu import CpuStandInDecoder
 from .s3 import FaultProxy, LocalS3Server
 
-__all__ = ["FaultProxy", "LocalS3Server"]
+__all__ = ["CpuStandInDecoder", "FaultProxy", "LocalS3Server"]
