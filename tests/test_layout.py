@@ -26,7 +26,10 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    """Every module: the Python files, and the compiled extensions by their ``.pyi``
+    stubs (``from . import _crop`` imports the extension, it takes no name of the package)."""
+    stubs = {module_name(p): p for p in sorted(PACKAGE.rglob("*.pyi")) if not p.with_suffix(".py").exists()}
+    return {**stubs, **{module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}}
 
 
 def resolve(name: str, path: Path, node: ast.ImportFrom) -> str:

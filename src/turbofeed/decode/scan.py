@@ -21,8 +21,8 @@ is damage; a JPEG whose header itself warns cannot be checked then and is truste
 from __future__ import annotations
 
 import numpy as np
-import simplejpeg
 
+from .._deps import simplejpeg
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
 
 try:
