@@ -292,16 +292,20 @@ def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, cap
         Dataset(str(data), index=str(tmp_path / "missing.index"))
 
 
-def test_a_folder_moved_with_its_index_keeps_using_it(tmp_path):
+def test_a_folder_copied_with_its_index_is_indexed_shard_by_shard(tmp_path, caplog):
+    """A copy keeps sizes and mtimes, not inodes and ctimes: its shards are other files
+    (test_index_trust.py: a folder renamed keeps using its index)."""
     data = tmp_path / "data"
     data.mkdir()
     for s in range(2):
         write_tar(str(data / f"s-{s}.tar"), _sample(f"k{s}", b"1", seed=s))
     build_index(str(data), progress=False)
     moved = shutil.copytree(str(data), str(tmp_path / "copy"))  # copy2: same sizes and mtimes
-    ds = Dataset(moved)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(moved)
     assert ds.index.path == os.path.join(moved, INDEX_NAME)
     assert [s.path for s in ds.sources] == [os.path.join(moved, "s-0.tar"), os.path.join(moved, "s-1.tar")]
+    assert "2 shard(s) changed or added" in caplog.text and list(ds.labels) == [1, 1]
 
 
 def test_a_damaged_index_file_is_skipped_with_a_warning(tmp_path, caplog):
