@@ -12,10 +12,12 @@
 The header comes last so the arrays can be streamed out before their offsets are all
 known. The checksum is the CRC-32C (google-crc32c, the C library) of every byte from
 offset 64 to the end, then of the preamble's two offsets: a reader checks it before it
-believes anything in the file (about 15 ms for the 36 MB index of 1M samples on a busy
+believes anything in the file (9-12 ms for the 36 MB index of 1M samples on a busy
 2-core machine, bench/RESULTS.md; read with ``pread`` in 1 MiB pieces, so the check adds
 nothing to the process's resident memory). A file that fails it, is cut short, has bytes
-after its header or is of another version is refused whole, never half-used. A reader maps the file once and takes each array as ``np.frombuffer`` over the
+after its header or is of another version is refused whole, never half-used.
+
+A reader maps the file once and takes each array as ``np.frombuffer`` over the
 map (no copy, no read until a page is touched): the processes of a node that open the
 same index share its pages in the page cache.
 """
