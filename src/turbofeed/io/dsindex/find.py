@@ -54,12 +54,20 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
     if cached and not trusted(where, "the dataset index"):
         return None
     try:
-        return DatasetIndex(where, origin=origin)
+        try:
+            return DatasetIndex(where, origin=origin)
+        except (KeyError, TypeError, ValueError) as exc:  # a header written wrong: refused whole
+            raise DatasetError(f"{where}: damaged dataset index (its header lacks {exc}): rebuild it with "
+                               "`turbofeed index`") from exc
+    except DatasetError:
+        if where != origin:  # the cache's copy of an s3:// index, damaged: the next start downloads it again
+            try:
+                os.unlink(where)
+            except OSError:
+                pass
+        raise
     except OSError as exc:
         raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
-    except (KeyError, TypeError, ValueError) as exc:  # a header written wrong: refused whole
-        raise DatasetError(f"{where}: damaged dataset index (its header lacks {exc}): rebuild it with "
-                           "`turbofeed index`") from exc
 
 
 def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str | None = None,
