@@ -278,3 +278,15 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
         pipe.stop()
         assert got == _expected(("a", 1), ("b", 2), ("c", 3))
         assert turbofeed.Pipeline(data, num_workers=1, index=False).dataset.index is None
+
+
+def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, caplog):
+    data = _data(tmp_path / "data")
+    out = str(tmp_path / "elsewhere" / "my.index")
+    build_index(data, out=out, progress=False)
+    _flip(out, os.path.getsize(out) - 2)  # inside the header's closing bytes
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
+    assert f"{out}: damaged dataset index (checksum mismatch)" in caplog.text
+    with pytest.raises(turbofeed.DatasetError, match="no dataset index at"):
+        turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=str(tmp_path / "missing.index"))

@@ -57,8 +57,8 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
         try:
             return DatasetIndex(where, origin=origin)
         except (KeyError, TypeError, ValueError) as exc:  # a header written wrong: refused whole
-            raise DatasetError(f"{where}: damaged dataset index (its header lacks {exc}): rebuild it with "
-                               "`turbofeed index`") from exc
+            raise DatasetError(f"{where}: damaged dataset index (a malformed header: {exc!r}): rebuild it "
+                               "with `turbofeed index`") from exc
     except DatasetError:
         if where != origin:  # the cache's copy of an s3:// index, damaged: the next start downloads it again
             try:
@@ -83,7 +83,8 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
     at INFO how to make one when the dataset has many shards or is on ``s3://``.
 
     Raises:
-        DatasetError: ``index`` names no index (no such file or object).
+        DatasetError: ``index`` names no index (no such file or object), or one that
+            cannot be read.
     """
     shards = [(kind, path) for kind, path in located if kind in ("tar", "s3")]
     if not shards:
@@ -92,6 +93,8 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
         try:
             found = open_index(os.fspath(index), cache_dir=cache_dir, s3=s3)
         except DatasetError as exc:
+            if isinstance(exc.__cause__, (RemoteError, OSError)):
+                raise  # named but unreadable (an outage, no permission): said, not worked around
             log.warning("turbofeed: %s; indexing the shards one by one", exc)
             return None
         if found is None:
