@@ -18,4 +18,7 @@ def cmd_index(args: argparse.Namespace) -> int:
               "index those on their own")
     if done.note:
         print(f"note: {done.note}")
+    if args.out is not None:
+        print(f"loaders use it when told: DataLoader(..., index={done.path!r}) "
+              "(also Pipeline and Dataset)")
     return 0

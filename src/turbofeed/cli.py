@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("data", nargs="+", help="tar shards: folder, pattern, list or s3://bucket/prefix/")
     index.add_argument("--out", metavar="PATH", help="write it here, a file or s3:// URL (default: "
                        "DATA/turbofeed.index for a writable folder or an s3:// prefix, else the index cache; "
-                       "elsewhere, pass Dataset(..., index=PATH))")
+                       "elsewhere, pass index=PATH to DataLoader, Pipeline or Dataset)")
     index.add_argument("--threads", type=positive, metavar="N", default=8, help="shards indexed at once")
     index.set_defaults(func=cmd_index)
 

@@ -294,16 +294,20 @@ def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, cap
         Dataset(str(data), index=str(tmp_path / "missing.index"))
 
 
-def test_a_folder_moved_with_its_index_keeps_using_it(tmp_path):
+def test_a_folder_copied_with_its_index_is_indexed_shard_by_shard(tmp_path, caplog):
+    """A copy keeps sizes and mtimes, not inodes and ctimes: its shards are other files
+    (test_index_trust.py: a folder renamed keeps using its index)."""
     data = tmp_path / "data"
     data.mkdir()
     for s in range(2):
         write_tar(str(data / f"s-{s}.tar"), _sample(f"k{s}", b"1", seed=s))
     build_index(str(data), progress=False)
     moved = shutil.copytree(str(data), str(tmp_path / "copy"))  # copy2: same sizes and mtimes
-    ds = Dataset(moved)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(moved)
     assert ds.index.path == os.path.join(moved, INDEX_NAME)
     assert [s.path for s in ds.sources] == [os.path.join(moved, "s-0.tar"), os.path.join(moved, "s-1.tar")]
+    assert "2 shard(s) changed or added" in caplog.text and list(ds.labels) == [1, 1]
 
 
 def test_a_damaged_index_file_is_skipped_with_a_warning(tmp_path, caplog):
@@ -413,6 +417,30 @@ def test_s3_index_beside_the_prefix_starts_without_reading_a_shard(s3, tmp_path)
     assert Dataset(prefix + "s-*.tar").index.origin == prefix + INDEX_NAME  # a glob lists the folder too
     named = Dataset([prefix + "s-0.tar", prefix + "s-1.tar"], index=prefix + INDEX_NAME)  # found with a HEAD
     assert named.index.origin == prefix + INDEX_NAME and len(named) == 6
+
+
+def test_s3_index_copy_damaged_in_the_cache_is_refused_then_downloaded_again(s3, tmp_path, caplog):
+    prefix = f"s3://{BUCKET}/damaged-copy/"
+    _shards_to(s3, prefix, 2)
+    build_index(prefix, cache_dir=str(tmp_path / "builder"), progress=False)
+    cache = str(tmp_path / "cache")
+    Dataset(prefix, cache_dir=cache).close()  # downloads the index's copy
+    folder = os.path.join(cache, "dataset-index", "s3")
+    (copy,) = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".index")]
+    with open(copy, "r+b") as f:  # one byte of its arrays flipped on disk
+        f.seek(64)
+        byte = f.read(1)[0]
+        f.seek(64)
+        f.write(bytes([byte ^ 0x01]))
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(prefix, cache_dir=cache)
+    assert ds.index is None and f"{copy}: damaged dataset index (checksum mismatch)" in caplog.text
+    assert [ds.describe(g)[1] for g in range(len(ds))] == ["k00", "k01", "k02", "k10", "k11", "k12"]
+    assert list(ds.labels) == [0, 1, 2, 1, 2, 3]
+    ds.close()
+    again = Dataset(prefix, cache_dir=cache)
+    assert again.index is not None and list(again.labels) == [0, 1, 2, 1, 2, 3]
+    again.close()
 
 
 def test_s3_replaced_object_falls_back_with_a_warning_and_its_new_bytes(s3, tmp_path, caplog):

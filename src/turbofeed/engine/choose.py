@@ -7,6 +7,7 @@ place that maps options to a decode stage is :func:`decode_stage`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,13 +37,15 @@ class Source:
     @classmethod
     def open(cls, data: PathSpec, *, on_error: str, cache_dir: str | None, format: str | None,
              format_options: dict | None, s3: S3Config | None, classes: list[str] | None,
-             labels: bool = True) -> Source:
+             labels: bool = True, index: str | os.PathLike | bool | None = None) -> Source:
         """Index ``data`` (a damaged shard raises under ``on_error="raise"``); without
-        ``labels`` (general samples) no label is parsed."""
+        ``labels`` (general samples) no label is parsed; ``index``: the dataset index, as
+        :class:`~turbofeed.io.Dataset` takes it."""
         stats = Stats()
         policy = ErrorPolicy(on_error, stats)  # validates on_error before any indexing
         dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
-                          format=format, format_options=format_options, s3=s3, classes=classes, labels=labels)
+                          format=format, format_options=format_options, s3=s3, classes=classes, labels=labels,
+                          index=index)
         source = cls(dataset, stats, policy)
         source.sync_stats()
         return source

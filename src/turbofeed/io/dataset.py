@@ -62,7 +62,9 @@ class Dataset:
             ``s3://`` URL names it; False indexes every shard on its own. Shards it
             describes as they are now are built from it (one ``stat`` per local shard, no
             read; ``s3://``: the listing's ETags, no GET of shard bytes); the others are
-            indexed on their own, with one warning.
+            indexed on their own, with one warning. An index that fails its checksum or
+            count checks, is of an older format, or sits in the cache where others could
+            have written it is not used at all (one warning; docs/index.md).
 
     Attributes:
         index: the :class:`~turbofeed.io.dsindex.DatasetIndex` used, or None.

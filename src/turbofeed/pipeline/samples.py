@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -141,6 +142,11 @@ class Pipeline:
             :class:`turbofeed.DataLoader`).
         fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
+        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
+            next to the data or in the index cache; a path or ``s3://`` URL names one
+            written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
+            none there); False indexes every shard on its own. A damaged, stale or
+            untrusted index is not used (one warning); see docs/index.md.
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
             the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).
@@ -172,13 +178,15 @@ class Pipeline:
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
-                 apply_exif_orientation: bool = False) -> None:
+                 apply_exif_orientation: bool = False,
+                 index: str | os.PathLike | bool | None = None) -> None:
         self.user_errors = check_user_errors(user_errors)
         self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None)
+                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None,
+                                   index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
         if self.transform is not None and self.transform.callables:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -83,6 +84,11 @@ class DataLoader(EpochBook, TorchDropIn):
             smoothed); ``hybrid_share`` is the GPU's current fraction. The CPU part goes
             through pinned uint8 host slots, normalised on the device like the GPU part.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
+        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
+            next to the data or in the index cache; a path or ``s3://`` URL names one
+            written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
+            none there); False indexes every shard on its own. A damaged, stale or
+            untrusted index is not used (one warning); see docs/index.md.
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
             ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
@@ -162,7 +168,8 @@ class DataLoader(EpochBook, TorchDropIn):
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
-                 apply_exif_orientation: bool = False) -> None:
+                 apply_exif_orientation: bool = False,
+                 index: str | os.PathLike | bool | None = None) -> None:
         self.apply_exif_orientation = apply_exif_orientation
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
@@ -171,7 +178,8 @@ class DataLoader(EpochBook, TorchDropIn):
                                         has_transform=transform is not None)
         self.collate = collate  # general samples: the user's, instead of the dict batch
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None)
+                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None,
+                                   index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         if transform is not None and not isinstance(transform, Compose):
             transform = Compose(transform)  # a list of ops, or one callable of your own

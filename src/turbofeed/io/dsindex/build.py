@@ -22,7 +22,9 @@ from ..._deps import tqdm
 from ...engine.executor import Executor, result_or_closed
 from ...errors import DatasetError
 from ..local.compressed import compression_of
+from ..local.files import file_id
 from ..local.index import default_cache_dir, scan_members
+from ..local.private import private_dirs
 from ..local.tarscan import Window
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
@@ -123,6 +125,8 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
             log.warning("turbofeed: %s", note)
             target = cached_path(located, cache_dir)
     if not target.startswith("s3://"):
+        if os.path.abspath(target).startswith(os.path.abspath(index_cache(cache_dir)) + os.sep):
+            private_dirs(os.path.dirname(target))  # the cache's folders: 0700
         size = write_index(target, header(target), arrays)
     return IndexSummary(target, len(parts), int(len(arrays["key_end"])), size, time.perf_counter() - started,
                         unindexed=sum(bool(p.entry.get("per_shard")) for p in parts), note=note)
@@ -133,8 +137,7 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
     if kind == "tar":
         try:
             if _compressed(path):  # by its first bytes, as the per-shard path tells
-                st = os.stat(path)
-                return unindexed_part(size=st.st_size, mtime_ns=st.st_mtime_ns)
+                return unindexed_part(**file_id(path).as_dict())
             return local_part(path)
         except OSError as exc:
             raise DatasetError(f"{path}: cannot index: {exc}") from exc
@@ -178,7 +181,7 @@ def _upload(url: str, header: dict, arrays: dict, client: S3Client, cache_dir: s
     """Write the index locally, upload it to ``url`` and keep the local file as the index
     cache's copy of the uploaded version (loaders on this node then download nothing)."""
     folder = os.path.join(index_cache(cache_dir), "s3")
-    os.makedirs(folder, exist_ok=True)
+    private_dirs(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".tmp")
     os.close(fd)
     try:

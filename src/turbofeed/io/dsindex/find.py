@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import DatasetError
+from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
 from ..s3.urls import shared_client
@@ -27,24 +28,44 @@ _HINTED: set[str] = set()
 
 
 def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None = None,
-               ask: bool = True) -> DatasetIndex | None:
+               ask: bool = True, cached: bool = False) -> DatasetIndex | None:
     """The index at ``where`` (a local file, or an ``s3://`` object read through its local
     copy), or None when there is none. ``ask=False``: an ``s3://`` object the dataset's
-    listing did not show is taken to be absent (no request).
+    listing did not show is taken to be absent (no request). ``cached``: ``where`` is in
+    the index cache, so it is used only if the user alone could have written it
+    (:mod:`turbofeed.io.local.private`; else None, with a warning); so is an ``s3://``
+    index's local copy.
 
     Raises:
-        DatasetError: it exists but is no index this turbofeed reads, or cannot be read.
+        DatasetError: it exists but is no index this turbofeed reads, is damaged, or
+            cannot be read.
     """
+    origin = where
     if where.startswith("s3://"):
         try:
             local = s3_copy(where, shared_client(s3), cache_dir, ask=ask)
         except RemoteError as exc:
             raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
-        return None if local is None else DatasetIndex(local, origin=where)
-    if not os.path.isfile(where):
+        if local is None:
+            return None
+        where, cached = local, True
+    elif not os.path.isfile(where):
+        return None
+    if cached and not trusted(where, "the dataset index"):
         return None
     try:
-        return DatasetIndex(where)
+        try:
+            return DatasetIndex(where, origin=origin)
+        except (KeyError, TypeError, ValueError) as exc:  # a header written wrong: refused whole
+            raise DatasetError(f"{where}: damaged dataset index (a malformed header: {exc!r}): rebuild it "
+                               "with `turbofeed index`") from exc
+    except DatasetError:
+        if where != origin:  # the cache's copy of an s3:// index, damaged: the next start downloads it again
+            try:
+                os.unlink(where)
+            except OSError:
+                pass
+        raise
     except OSError as exc:
         raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
 
@@ -56,24 +77,34 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
     With ``index`` (a path or URL), that one, which must exist. Otherwise the first of the
     places a loader looks (next to the data, then the index cache) whose index lists every
     shard, else the one listing the most of them (the others are then indexed one by
-    one); an index that cannot be read is skipped with a warning. Without any, logs once
+    one). An index that is damaged, of another format version or cannot be read (``index``
+    too), or one in the cache that others could have written, is not used: one warning
+    names it and says why, and the shards are indexed one by one. Without any, logs once
     at INFO how to make one when the dataset has many shards or is on ``s3://``.
 
     Raises:
-        DatasetError: ``index`` names no readable index.
+        DatasetError: ``index`` names no index (no such file or object), or one that
+            cannot be read.
     """
     shards = [(kind, path) for kind, path in located if kind in ("tar", "s3")]
     if not shards:
         return None
     if index is not None:
-        found = open_index(os.fspath(index), cache_dir=cache_dir, s3=s3)
+        try:
+            found = open_index(os.fspath(index), cache_dir=cache_dir, s3=s3)
+        except DatasetError as exc:
+            if isinstance(exc.__cause__, (RemoteError, OSError)):
+                raise  # named but unreadable (an outage, no permission): said, not worked around
+            log.warning("turbofeed: %s; indexing the shards one by one", exc)
+            return None
         if found is None:
             raise DatasetError(f"no dataset index at {index}")
         return found
     best, most = None, 0
-    for where in beside(shards) + [cached_path(shards, cache_dir)]:
+    mine = cached_path(shards, cache_dir)
+    for where in beside(shards) + [mine]:
         try:
-            found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False)
+            found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False, cached=where == mine)
         except DatasetError as exc:
             log.warning("turbofeed: %s; indexing the shards one by one", exc)
             continue

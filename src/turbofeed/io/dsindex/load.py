@@ -1,10 +1,20 @@
 """A dataset index opened for loading: which shards it describes, whether each is still
 the version it indexed, and their sample tables as views of the mapped arrays.
 
-A shard is taken from the index when its identity is the one recorded (local: size and
-``mtime_ns``, one ``stat``; ``s3://``: ETag and size from the listing the dataset already
-made); the others (replaced, rewritten, added since) are opened on their own with one
-warning that names them and the command that rebuilds the index.
+A shard is taken from the index when its identity is the one recorded for its path
+(local: one ``stat``, inode, size, ``mtime_ns`` and ``ctime_ns``; ``s3://``: ETag and size
+from the listing the dataset already made); the others (replaced, rewritten, swapped by
+``mv``, copied, added since) are opened on their own with one warning that names them and
+the command that rebuilds the index. Why the ctime: a rewrite in place that keeps the
+size and sets the mtime back (``os.utime``, ``touch -r``, ``rsync``) still sets it, and no
+tool can set it back. Why the inode: shards swapped by ``mv`` keep their sizes and times,
+not their paths' inodes. Why not the device number (recorded, not compared): network and
+FUSE file systems number devices per mount, so one dataset on NFS would match on no node
+but the one that indexed it; a file on another device at the same path with the same
+inode, size and both nanosecond times is not a thing that happens.
+
+The file is believed only after :func:`~.fileformat.read_index` checked its checksum and
+:class:`DatasetIndex` its counts against its arrays.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...errors import DatasetError
 from ..columns import JoinedColumn, LabelColumn, StrColumn
 from ..local.files import FileId
 from ..local.index import TarDamage, report_damage, without_images
@@ -60,6 +71,7 @@ class DatasetIndex:
         self.shards: list[dict] = self.header["shards"]
         counts = np.array([s["samples"] for s in self.shards], np.int64)
         self.sample_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        _check_counts(path, self.header, self.arrays, int(self.sample_start[-1]))
         base = self.origin[:self.origin.rfind("/") + 1] if "://" in self.origin else \
             os.path.dirname(os.path.abspath(self.origin))
         self._by_id = {_absolute(base, s["name"]): k for k, s in enumerate(self.shards)}
@@ -152,7 +164,8 @@ class DatasetIndex:
                 st = os.stat(path)
             except OSError:
                 return None  # opened on its own, which says what is wrong
-            if (st.st_size, st.st_mtime_ns) != (entry.get("size"), entry.get("mtime_ns")):
+            if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != \
+                    (entry.get("ino"), entry.get("size"), entry.get("mtime_ns"), entry.get("ctime_ns")):
                 return None
             table, damage = self._usable(k, opener.labels)
             return TarSource.indexed(path, FileId.of(st), table, damage,
@@ -175,6 +188,30 @@ class DatasetIndex:
 
     def __repr__(self) -> str:
         return f"DatasetIndex({self.origin!r}, shards={len(self.shards)}, samples={int(self.sample_start[-1])})"
+
+
+def _check_counts(path: str, header: dict, a: dict[str, np.ndarray], samples: int) -> None:
+    """Refuse an index whose counts disagree with its arrays (a checksum passes a file
+    written wrong): each shard's samples and members must add up to the arrays' lengths,
+    so no shard's rows can take another's. O(shards), no array is read but two ends.
+
+    Raises:
+        DatasetError: naming the file and the count that disagrees.
+    """
+    per_sample = ("key_end", "image_suffix", "offset", "size", "label_kind", "label_value")
+    members = sum(int(s["members"]) for s in header["shards"])
+    wrong = [f"{name} holds {len(a[name])}" for name in per_sample if len(a[name]) != samples]
+    if header.get("samples") != samples:
+        wrong.append(f"the header says {header.get('samples')}")
+    if len(a["member_start"]) != samples + 1 or (samples and int(a["member_start"][-1]) != members):
+        wrong.append("member_start disagrees")
+    if any(len(a[name]) != members for name in ("member_ext", "member_offset", "member_size")):
+        wrong.append(f"the member arrays do not hold the shards' {members} members")
+    if samples and int(a["key_end"][-1]) > len(a["key_blob"]):
+        wrong.append("the keys run past their bytes")
+    if wrong:
+        raise DatasetError(f"{path}: damaged dataset index: its shards hold {samples} samples but "
+                           f"{'; '.join(wrong)}: rebuild it with `turbofeed index`")
 
 
 def _absolute(base: str, name: str) -> str:

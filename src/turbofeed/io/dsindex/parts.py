@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..columns import BAD, INT, NAME, NONE
+from ..local.files import FileId
 from ..local.index import TarDamage, label_of, no_image, no_samples, sample_rows, scan_members
 from ..local.tarscan import Window
 
@@ -55,13 +56,14 @@ class ShardPart:
 
 
 def local_part(path: str) -> ShardPart:
-    """The part of the plain tar shard at ``path``, with its identity as it was read
-    (``size``, ``mtime_ns``)."""
+    """The part of the plain tar shard at ``path``, with the identity of the file it read
+    (:class:`~turbofeed.io.local.files.FileId`: ``dev``, ``ino``, ``size``, ``mtime_ns``,
+    ``ctime_ns``; a change while it is read shows as a later ctime)."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         members, damage = scan_members(f, st.st_size)
         part = shard_part(members, damage, Window(f.fileno()).pread)
-    part.entry.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+    part.entry.update(FileId.of(st).as_dict())
     return part
 
 

@@ -8,7 +8,7 @@ a local folder              ``DATA/turbofeed.index`` when the folder is         
 an ``s3://`` prefix         the object ``PREFIX/turbofeed.index`` when the      the shards' common prefix
                             credentials may PUT, else the index cache           (*), then the index cache
 a pattern, list or file     the index cache                                     the same two places
-``--out PATH``              ``PATH`` (a file, or an ``s3://`` URL)              ``Dataset(..., index=PATH)``
+``--out PATH``              ``PATH`` (a file, or an ``s3://`` URL)              ``index=PATH`` (loaders)
 ==========================  ==================================================  =========================
 
 (*) Found in the listing that resolved the dataset (a prefix, a glob, or more than four
@@ -16,7 +16,9 @@ shards named in one folder), so looking costs no request; for a few shards named
 one, only the index cache is looked in.
 
 The index cache is ``<cache dir>/dataset-index/<digest of the shard list>.index`` (cache
-dir: ``$TURBOFEED_CACHE_DIR`` or ``~/.cache/turbofeed``); the digest is of every shard's
+dir: ``$TURBOFEED_CACHE_DIR`` or ``~/.cache/turbofeed``, its folders created mode 0700;
+an index found there is used only when nobody but the user could have written it:
+:mod:`turbofeed.io.local.private`); the digest is of every shard's
 absolute path or URL, in order, so it names one shard list. An ``s3://`` index is
 read from a local copy in ``<cache dir>/dataset-index/s3/``, downloaded once per version
 (ETag) of the object.
@@ -31,6 +33,7 @@ import tempfile
 from collections.abc import Sequence
 
 from ..local.index import default_cache_dir
+from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec
 from ..retry import RemoteError
 from ..s3.client import S3Client
@@ -110,7 +113,7 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
             return local
     except OSError:
         pass
-    os.makedirs(folder, exist_ok=True)
+    private_dirs(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=".tmp")
     try:
         client.download_to(url, info.size, fd, etag=info.etag)

@@ -34,6 +34,7 @@ import numpy as np
 from ...errors import DatasetError
 from ..table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member, split_key
 from .files import FileId, file_id
+from .private import private_dirs, trusted
 from .tarscan import Window, fast_members
 
 log = logging.getLogger("turbofeed")
@@ -250,17 +251,20 @@ def load_index(path: str, cache_dir: str | None = None) -> dict:
 
 def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -> dict:
     """The index stored at ``cached`` when its version and the ``key`` fields match (the
-    shard it describes is unchanged), else ``build()``, stored there for next time."""
+    shard it describes is unchanged), else ``build()``, stored there for next time. A
+    stored index that others could have written is not used (one warning says why:
+    :mod:`turbofeed.io.local.private`); the cache's folders are created mode 0700."""
     try:
-        with open(cached) as f:
-            index = json.load(f)
-        if index.get("version") == INDEX_VERSION and all(index.get(k) == v for k, v in key.items()):
-            return index
+        if trusted(cached, "the cached index"):
+            with open(cached) as f:
+                index = json.load(f)
+            if index.get("version") == INDEX_VERSION and all(index.get(k) == v for k, v in key.items()):
+                return index
     except (OSError, ValueError):
         pass
     index = build()
     try:  # a read-only or full cache dir only costs a rebuild next time
-        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        private_dirs(os.path.dirname(cached))
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cached), suffix=".tmp")  # unique name
         try:
             with os.fdopen(fd, "w") as f:

@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..local.private import private_dirs
 from .filelocks import GONE, FileLock, fcntl, lock_unused, pin, remove_file
 from .fills import CacheFull, GrowingFill
 
@@ -84,8 +85,8 @@ class ShardCache:
         self.root = root
         self.objects = os.path.join(root, "objects")
         self.tmp = os.path.join(root, "tmp")
-        os.makedirs(self.objects, exist_ok=True)
-        os.makedirs(self.tmp, exist_ok=True)
+        private_dirs(self.objects)  # 0700: the node cache is the user's own
+        private_dirs(self.tmp)
         if max_bytes is None:
             max_bytes = (shutil.disk_usage(root).free + self.used_bytes()) // 2
         self.max_bytes = int(max_bytes)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..local.compressed import PlainCopy
 from ..local.index import _build_index, cached_index
+from ..local.private import private_dirs
 from .cache import object_name, remove_file
 from .config import ObjectInfo
 
@@ -82,7 +83,7 @@ def _compressed_copy(shards: S3Shards, info: ObjectInfo, copy_name: str) -> Iter
         with f:
             yield f
         return
-    os.makedirs(shards.scratch, exist_ok=True)
+    private_dirs(shards.scratch)
     fd, path = tempfile.mkstemp(prefix="compressed-", suffix=".part", dir=shards.scratch)
     with os.fdopen(fd, "w+b") as tmp:
         remove_file(path)  # unlinked: its space goes when it is closed, even after a crash

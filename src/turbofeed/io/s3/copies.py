@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ..local.private import private_dirs
 from .cache import remove_file
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def temporary_copy(client: S3Client, info: ObjectInfo, folder: str,
     Raises:
         RemoteError: the download failed. OSError: the copy's size is not the object's.
     """
-    os.makedirs(folder, exist_ok=True)
+    private_dirs(folder)
     _remove_stale(folder)
     fd, path = tempfile.mkstemp(prefix="copy-", suffix=".tar", dir=folder)
     try:
