@@ -23,6 +23,7 @@ from builders import small_jpeg, tar_bytes
 
 import turbofeed
 from turbofeed.io import Dataset
+from turbofeed.io.local import compressed
 from turbofeed.io.local.compressed import local_plain_copy, node_cache
 from turbofeed.io.local.files import file_id
 from turbofeed.io.s3.cache import CacheFull, ShardCache
@@ -228,9 +229,12 @@ def test_a_streamed_copy_waits_for_room_another_process_holds_and_a_plain_read_d
     first.close()  # its copy stays in the cache, unpinned
     cache = ShardCache(os.path.join(cache_dir, "s3"), bound)
     held = cache.open(first.sources[0].plain.name)  # pinned as another process would (no PlainCopy of ours)
+    # indexing waits INDEX_WAIT_S for room (other processes' index pins are short), then
+    # raises: that pin may last a dataset's life
+    monkeypatch.setattr(compressed, "INDEX_WAIT_S", 0.3)
     try:
         with pytest.raises(turbofeed.StorageError, match="held by copies in use by this or other processes"):
-            Dataset(str(tmp_path / "1.tar.gz"))  # a read does not wait: that pin may last a dataset's life
+            Dataset(str(tmp_path / "1.tar.gz"))
     finally:
         let_go = threading.Timer(0.5, os.close, (held,))
         let_go.start()

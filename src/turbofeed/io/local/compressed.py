@@ -170,15 +170,16 @@ class PlainCopy:
     def path(self) -> str:
         return self.cache.path(self.name)
 
-    def pread(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at ``offset`` of the copy (made first if it is not in the cache).
+    def pread(self, offset: int, size: int, wait_s: float = 0.0, stop: threading.Event | None = None) -> bytes:
+        """``size`` bytes at ``offset`` of the copy (made first if it is not in the cache;
+        ``wait_s``, ``stop``: as :meth:`hold`, for that).
 
         Raises:
             StorageError: the copy does not fit in the node cache (names the bound and how
                 to raise it), the shard is not the version indexed any more, or a read
                 of the copy failed. DatasetError: its compressed stream is corrupt.
         """
-        fd = self._acquire()
+        fd = self._acquire(wait_s, stop)
         try:
             data = os.pread(fd, size, offset)
         except OSError as exc:
@@ -191,12 +192,16 @@ class PlainCopy:
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[str]:
-        """The copy's path, made if needed, pinned while the block runs (to index it)."""
-        self._acquire()
+        """The copy's path, made if needed, pinned while the block runs (to index it),
+        then let go: nothing reads it until the pass does, and the other processes of
+        the node may need the room meanwhile (they index their copies at the same time).
+        Making it waits up to :data:`INDEX_WAIT_S` for room their indexing holds."""
+        self._acquire(INDEX_WAIT_S)
         try:
             yield self.path
         finally:
             self._done()
+            self.release()
 
     def hold(self, wait_s: float = 0.0, stop: threading.Event | None = None) -> None:
         """Make the copy now if it is not in the cache, and keep it pinned (streaming
@@ -308,6 +313,10 @@ def _busy(copy: PlainCopy) -> bool:
     return any(c is not copy and c.cache.root == copy.cache.root and (c._filling or c._fd is not None)
                for c in _live())
 
+
+#: Seconds a copy made to be indexed waits for room other processes hold (their pins
+#: while they index are short; a pin for a dataset's life ends the wait with StorageError).
+INDEX_WAIT_S = 60.0
 
 _LIVE: weakref.WeakSet[PlainCopy] = weakref.WeakSet()  # every copy of this process
 _LIVE_LOCK = threading.Lock()  # a set must not grow while another thread lists it

@@ -68,7 +68,8 @@ class TarSource(Source):
 
     def _compressed_index(self, identity: FileId, cache_dir: str, s3: S3Config | None) -> dict:
         """The index of the compressed shard's plain copy (cached by the shard's identity),
-        and ``plain``; the copy is pinned while it is indexed and after.
+        and ``plain``; the copy is pinned while it is indexed, then left in the node cache
+        unpinned until a read needs it.
 
         Raises:
             StorageError: the copy does not fit in the node cache.

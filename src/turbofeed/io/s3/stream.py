@@ -145,17 +145,18 @@ class ShardStream:
         k = self._index.get(id(source))
         if k is None:
             return None
+        plain = self._sources[k].plain
         for _ in range(3):  # a hold dropped under us (its reads done) leaves the next one
             held = self._hold_of(k)
             if held is None:
-                return None
+                break
             if not held.started:
                 self._start(held)
             while not held.ready.wait(_POLL_S):
                 if self._stop.is_set():
                     raise InterruptedError("the stream was closed")
-            if held.plain is not None:  # a compressed shard: its copy, made by _fetch (or again now)
-                return held.plain.pread(offset, size)
+            if plain is not None:
+                break
             with self._lock:
                 fd = held.fd
                 if fd is None:
@@ -165,6 +166,13 @@ class ShardStream:
                 held.readers += 1  # the descriptor stays open (its number is not reused) until we are done
             break
         else:
+            held = None
+        if plain is not None:
+            # a compressed shard has no ranged-GET fallback: its copy, made by _fetch, or
+            # made again now (evicted, or read outside its hold) waiting for room as a
+            # hold does, since the other ranks of the node let go after their block
+            return plain.pread(offset, size, _PLAIN_WAIT_S, self._stop)
+        if held is None:
             return None
         try:
             data = os.pread(fd, size, offset)
