@@ -256,3 +256,26 @@ def test_a_signed_checksum_as_old_tars_wrote_is_accepted(tmp_path, monkeypatch):
     assert walked(path) is None
     fast, slow = scan_both(path, monkeypatch)
     assert fast == slow and fast[1] is not None
+
+
+# the numeric fields of a tar header: (offset, length), as POSIX ustar lays them out
+NUMERIC_FIELDS = {"mode": (100, 8), "uid": (108, 8), "gid": (116, 8), "size": (124, 12), "mtime": (136, 12),
+                  "devmajor": (329, 8), "devminor": (337, 8)}
+
+
+@pytest.mark.parametrize("end", ["first", "last"])
+@pytest.mark.parametrize("field", sorted(NUMERIC_FIELDS))
+def test_a_non_octal_byte_at_either_end_of_a_numeric_field(tmp_path, monkeypatch, field, end):
+    """A ``9`` in the first or the last byte of any numeric field (checksum fixed):
+    tarfile refuses the header, so the fast walk must too, whichever field and byte."""
+    src = make_tree(tmp_path / "src", ["d/a.cls", "d/bb.cls"])
+    shard = write_with("gnu", "ustar", src, tmp_path / "s.tar")
+    data = bytearray(shard.read_bytes())
+    header = tarfile_members(shard)[1][1] - BLOCK
+    at, length = NUMERIC_FIELDS[field]
+    patch_field(data, header, at if end == "first" else at + length - 1, b"9")
+    path = tmp_path / "patched.tar"
+    path.write_bytes(data)
+    assert walked(path) is None
+    fast, slow = scan_both(path, monkeypatch)
+    assert fast == slow and fast[1] is not None and fast[1].offset == header
