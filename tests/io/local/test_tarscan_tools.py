@@ -279,3 +279,20 @@ def test_a_non_octal_byte_at_either_end_of_a_numeric_field(tmp_path, monkeypatch
     assert walked(path) is None
     fast, slow = scan_both(path, monkeypatch)
     assert fast == slow and fast[1] is not None and fast[1].offset == header
+
+
+def test_an_empty_name_field_reads_as_tarfile_reads_it(tmp_path, monkeypatch):
+    """A header whose name field is all NULs (checksum fixed): an empty name, in both
+    readers, not 100 NUL characters."""
+    src = make_tree(tmp_path / "src", ["d/a.cls", "d/bb.cls"])
+    shard = write_with("gnu", "gnu", src, tmp_path / "s.tar")
+    data = bytearray(shard.read_bytes())
+    header = tarfile_members(shard)[1][1] - BLOCK
+    patch_field(data, header, 0, bytes(100))
+    path = tmp_path / "noname.tar"
+    path.write_bytes(data)
+    expected = tarfile_members(path)
+    assert [m[0] for m in expected] == ["d/a.cls", ""]
+    assert walked(path) == expected
+    fast, slow = scan_both(path, monkeypatch)
+    assert fast == slow == (expected, None)
