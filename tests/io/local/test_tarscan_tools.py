@@ -26,6 +26,7 @@ BLOCK = 512
 SHORT = ["d/k000.jpg", "d/k000.cls", "d/k001.jpg", "d/k001.cls", "d/empty.cls", "d/k002.bin", "d/k003.bin"]
 NAME_100 = "d/" + "n" * 94 + ".cls"  # exactly 100 bytes: fills the name field, no NUL after it
 LONG = "d/" + "p" * 70 + "/" + "q" * 60 + ".jpg"  # 137 bytes: ustar's prefix + name, or a long-name record
+PREFIX_1 = "d/" + "r" * 96 + ".jpg"  # 102 bytes: in ustar a prefix of one byte ("d") and a name of 100
 
 
 def payload(name: str, i: int) -> bytes:
@@ -95,10 +96,10 @@ def walked(path: Path) -> list[tuple[str, int, int]] | None:
 CASES = [
     ("gnu", "gnu", SHORT, True), ("gnu", "gnu", SHORT + [NAME_100], True), ("gnu", "gnu", SHORT + [LONG], False),
     ("gnu", "oldgnu", SHORT, True), ("gnu", "oldgnu", SHORT + [NAME_100], False),  # a ././@LongLink record
-    ("gnu", "ustar", SHORT + [NAME_100, LONG], True),  # the long name split into prefix and name
+    ("gnu", "ustar", SHORT + [NAME_100, LONG, PREFIX_1], True),  # long names split into prefix and name
     ("gnu", "posix", SHORT + [NAME_100, LONG], False),  # a pax header before every member
     ("gnu", "v7", SHORT + [NAME_100], True),  # old-style headers: no magic, type NUL
-    ("bsdtar", "ustar", SHORT + [NAME_100, LONG], True),
+    ("bsdtar", "ustar", SHORT + [NAME_100, LONG, PREFIX_1], True),
     ("bsdtar", "paxr", SHORT + [NAME_100], True),  # "restricted pax": plain ustar where it can
     ("bsdtar", "pax", SHORT + [NAME_100], False),
     ("bsdtar", "gnutar", SHORT + [NAME_100], True),
@@ -199,6 +200,7 @@ PATCHES = [
     (100, b"  00644\0", True),     # mode: leading spaces
     (108, b"\0\0\0\0\0\0\0\0", True),  # uid: empty (0)
     (136, b"14371573000 ", True),  # mtime: a space where GNU tar writes the NUL
+    (124, b"000000000001", True),  # size: 12 digits, no NUL (the member's real size, 1)
     (100, b"00 0644\0", False),    # mode: a space between digits
     (108, b"0000089\0", False),    # uid: not octal
     (116, b"\x80\0\0\0\0\0\0\x07", None),  # gid: base-256 7 (tarfile reads it; the walk hands it on)
@@ -293,6 +295,50 @@ def test_an_empty_name_field_reads_as_tarfile_reads_it(tmp_path, monkeypatch):
     path.write_bytes(data)
     expected = tarfile_members(path)
     assert [m[0] for m in expected] == ["d/a.cls", ""]
+    assert walked(path) == expected
+    fast, slow = scan_both(path, monkeypatch)
+    assert fast == slow == (expected, None)
+
+
+def test_an_all_nul_size_and_mixed_checksum_spellings_take_the_fast_walk(tmp_path, monkeypatch):
+    """What tarfile reads as plain, the fast walk reads too: an empty member whose size
+    field is all NULs (0), and checksums spelt as each writer spells them in one shard
+    (GNU ``%06o NUL SP``, 7 digits and a NUL, leading spaces as V7 tar wrote them)."""
+    src = make_tree(tmp_path / "src", ["d/a.cls", "d/b.cls", "d/c.cls", "d/empty.cls"])
+    shard = write_with("gnu", "ustar", src, tmp_path / "s.tar")
+    data = bytearray(shard.read_bytes())
+    headers = {name: offset - BLOCK for name, offset, _ in tarfile_members(shard)}
+    patch_field(data, headers["d/empty.cls"], 124, bytes(12))
+    for name, spell in (("d/b.cls", b"%07o\0"), ("d/c.cls", b"%6o\0 ")):  # "0011610\0", " 11610\0 "
+        at = headers[name]
+        current = int(bytes(data[at + 148:at + 154]), 8)
+        assert len(spell % current) == 8
+        data[at + 148:at + 156] = spell % current
+    path = tmp_path / "spelt.tar"
+    path.write_bytes(data)
+    expected = tarfile_members(path)
+    assert [m[0] for m in expected] == ["d/a.cls", "d/b.cls", "d/c.cls", "d/empty.cls"]
+    assert walked(path) == expected
+    fast, slow = scan_both(path, monkeypatch)
+    assert fast == slow == (expected, None)
+
+
+def test_a_full_prefix_field_ends_where_the_header_pads(tmp_path, monkeypatch):
+    """A ustar prefix of all 155 bytes has no NUL: the name ends at the field's end, not
+    at a stray byte in the padding after it (tarfile reads the 155 bytes)."""
+    folder = "d/" + "s" * 153
+    src = make_tree(tmp_path / "src", [folder + "/f.cls"])
+    shard = tmp_path / "s.tar"  # the file alone: its folder's own entry would not fit ustar
+    subprocess.run([need("tar"), "--format=ustar", "--no-recursion", "-cf", str(shard), "-C", str(src),
+                    folder + "/f.cls"], check=True, capture_output=True, timeout=120)
+    data = bytearray(shard.read_bytes())
+    header = tarfile_members(shard)[0][1] - BLOCK
+    assert data[header + 345:header + 500] == folder.encode()
+    patch_field(data, header, 500, b"X")
+    path = tmp_path / "pad.tar"
+    path.write_bytes(data)
+    expected = tarfile_members(path)
+    assert [m[0] for m in expected] == [folder + "/f.cls"]
     assert walked(path) == expected
     fast, slow = scan_both(path, monkeypatch)
     assert fast == slow == (expected, None)
