@@ -27,6 +27,7 @@ SHORT = ["d/k000.jpg", "d/k000.cls", "d/k001.jpg", "d/k001.cls", "d/empty.cls", 
 NAME_100 = "d/" + "n" * 94 + ".cls"  # exactly 100 bytes: fills the name field, no NUL after it
 LONG = "d/" + "p" * 70 + "/" + "q" * 60 + ".jpg"  # 137 bytes: ustar's prefix + name, or a long-name record
 PREFIX_1 = "d/" + "r" * 96 + ".jpg"  # 102 bytes: in ustar a prefix of one byte ("d") and a name of 100
+UTF8 = "d/é-ü.cls"  # bytes >= 0x80: the unsigned and the signed header sums differ (GNU tar writes unsigned)
 
 
 def payload(name: str, i: int) -> bytes:
@@ -94,9 +95,9 @@ def walked(path: Path) -> list[tuple[str, int, int]] | None:
 
 # (tool, format, names, whether the fast walk reads it: plain headers only)
 CASES = [
-    ("gnu", "gnu", SHORT, True), ("gnu", "gnu", SHORT + [NAME_100], True), ("gnu", "gnu", SHORT + [LONG], False),
+    ("gnu", "gnu", SHORT, True), ("gnu", "gnu", SHORT + [NAME_100, UTF8], True), ("gnu", "gnu", SHORT + [LONG], False),
     ("gnu", "oldgnu", SHORT, True), ("gnu", "oldgnu", SHORT + [NAME_100], False),  # a ././@LongLink record
-    ("gnu", "ustar", SHORT + [NAME_100, LONG, PREFIX_1], True),  # long names split into prefix and name
+    ("gnu", "ustar", SHORT + [NAME_100, LONG, PREFIX_1, UTF8], True),  # long names split into prefix and name
     ("gnu", "posix", SHORT + [NAME_100, LONG], False),  # a pax header before every member
     ("gnu", "v7", SHORT + [NAME_100], True),  # old-style headers: no magic, type NUL
     ("bsdtar", "ustar", SHORT + [NAME_100, LONG, PREFIX_1], True),
