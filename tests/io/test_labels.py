@@ -144,12 +144,12 @@ def test_an_image_folder_beside_named_labels_numbers_them_by_its_folders(tmp_pat
     ds = Dataset(sources)
     assert ds.class_names == ["ant", "bee", "cow"]
     assert ds.labels.tolist() == ([0, 0, 1, 1, 2, 2, 2, 0] if folder_first else [2, 0, 0, 0, 1, 1, 2, 2])
-    stray = _named(tmp_path / "stray.tar", ["bee", "emu"])
+    stray = _named(tmp_path / "stray.tar", ["bee", "emu", "yak"])
     with pytest.raises(turbofeed.DatasetError) as info:
         Dataset([tree, stray] if folder_first else [stray, tree])
     message = str(info.value)
     assert f"class names ('emu' in {stray}/0001) are not among the class folders of {tree}" in message, message
-    assert "integer labels" not in message and "'bee'" not in message, message
+    assert "integer labels" not in message and "'bee'" not in message and "'yak'" not in message, message
 
 
 def test_names_that_are_every_class_folder_take_the_trees_ids(tmp_path):
