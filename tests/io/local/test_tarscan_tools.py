@@ -126,7 +126,7 @@ def test_shards_written_by_tar_programs_index_as_tarfile_reads_them(tmp_path, mo
 
 def test_a_uid_too_large_for_octal_is_base256_or_pax_and_indexed_by_tarfile(tmp_path, monkeypatch):
     """GNU tar writes a uid too large for 7 octal digits in base-256 (``gnu``) or a pax
-    record (``posix``); ``ustar`` refuses it. tarfile reads both: so does the index."""
+    record (``posix``). tarfile reads both: so does the index."""
     src = make_tree(tmp_path / "src", SHORT)
     for fmt in ("gnu", "posix"):
         shard = write_with("gnu", fmt, src, tmp_path / f"{fmt}.tar", "--owner=3000000", "--group=2097152")
