@@ -11,3 +11,11 @@ fi
 # older checkout would be imported first and shadow it
 rm -f src/turbofeed/decode/_crop.cpython-*.so
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# Tar programs the tar-index tests compare against (tests/io/local/test_tarscan_tools.py:
+# bsdtar and busybox tar; GNU tar is always there). Optional: CI as root with apt-get
+# installs them, anywhere else those tests skip, naming the program.
+if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+        && ! { command -v bsdtar >/dev/null && command -v busybox >/dev/null; }; then
+    { timeout 300 apt-get update -q && timeout 300 apt-get install -y -q libarchive-tools busybox; } >/dev/null 2>&1 \
+        || echo "setup.sh: could not install bsdtar/busybox; their tar tests will skip"
+fi

@@ -144,9 +144,31 @@ def test_an_image_folder_beside_named_labels_numbers_them_by_its_folders(tmp_pat
     ds = Dataset(sources)
     assert ds.class_names == ["ant", "bee", "cow"]
     assert ds.labels.tolist() == ([0, 0, 1, 1, 2, 2, 2, 0] if folder_first else [2, 0, 0, 0, 1, 1, 2, 2])
-    stray = _named(tmp_path / "stray.tar", ["bee", "emu"])
+    stray = _named(tmp_path / "stray.tar", ["bee", "emu", "yak"])
     with pytest.raises(turbofeed.DatasetError) as info:
         Dataset([tree, stray] if folder_first else [stray, tree])
     message = str(info.value)
     assert f"class names ('emu' in {stray}/0001) are not among the class folders of {tree}" in message, message
-    assert "integer labels" not in message and "'bee'" not in message, message
+    assert "integer labels" not in message and "'bee'" not in message and "'yak'" not in message, message
+
+
+def test_names_that_are_every_class_folder_take_the_trees_ids(tmp_path):
+    tree = _folder(tmp_path / "train", ["ant", "bee"], per_class=1)
+    names = _named(tmp_path / "names.tar", ["bee", "ant"])
+    assert Dataset([tree, names]).labels.tolist() == [0, 1, 1, 0]
+
+
+def test_errors_name_at_most_five_bad_labels_and_three_roots(tmp_path):
+    """Across shards, the first five labels not among ``classes`` (not all of them);
+    ImageFolder roots that disagree: the first three."""
+    a = _named(tmp_path / "a.tar", ["7", "8", "0", "9"], ext="cls")
+    b = _named(tmp_path / "b.tar", ["5", "6", "4", "3"], ext="cls")
+    with pytest.raises(turbofeed.DatasetError) as info:
+        Dataset([a, b], classes=["x", "y"])
+    message = str(info.value)
+    assert message.count("integer label") == 5, message
+    assert "integer label 7" in message and "integer label 6" in message and "integer label 4" not in message
+    trees = [_folder(tmp_path / f"t{i}", [f"c{j}" for j in range(i + 1)], per_class=1) for i in range(4)]
+    with pytest.raises(turbofeed.DatasetError, match="different class folders") as info:
+        Dataset(trees)
+    assert all(f"{t}: " in str(info.value) for t in trees[:3]) and f"{trees[3]}: " not in str(info.value)

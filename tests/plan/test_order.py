@@ -7,6 +7,8 @@ truncation), and batch/replacement positions.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,13 @@ def test_invalid_batch_size(batch):
         make_epoch_plan(10, batch_size=batch, seed=0, epoch=0, shuffle=False)
     with pytest.raises(ValueError, match="batch_size"):
         count_batches(10, batch, False)
+
+
+def test_defaults_are_one_rank_taking_the_whole_epoch_from_its_start():
+    whole = epoch_permutation(10, seed=1, epoch=2, shuffle=True)
+    assert np.array_equal(rank_order(10, seed=1, epoch=2, shuffle=True), whole)
+    plan = make_epoch_plan(10, batch_size=4, seed=1, epoch=2, shuffle=True)
+    assert np.array_equal(plan.order, whole) and len(plan) == 3 and plan.drop_last is False
+    assert list(plan.batch_positions(2)) == [8, 9]
+    with pytest.raises(dataclasses.FrozenInstanceError):  # shared by a pass's threads: never changed
+        plan.batch_size = 5  # type: ignore[misc]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from turbofeed.plan.streaming import node_residue, stream_order, stream_rank_order
+from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan.streaming import StreamLayout, node_residue, stream_order, stream_rank_order
 
 
 def shards(sizes: list[int]) -> np.ndarray:
@@ -134,3 +137,136 @@ def test_large_orders_are_fast_enough():
     g = stream_order(starts, np.full(2000, 10 << 20), seed=0, epoch=0, shuffle=True, canonical_nodes=4,
                      block_bytes=2 << 30)
     assert len(g) == 2_000_000 and g.min() == 0 and g.max() == 1_999_999
+
+
+def runs(starts: np.ndarray, ids: np.ndarray) -> list[int]:
+    """The shards of ``ids`` in order, one entry per run of samples from the same shard."""
+    of = shard_of(starts, ids)
+    return [int(of[0])] + [int(s) for a, s in zip(of[:-1], of[1:]) if s != a] if len(of) else []
+
+
+def test_samples_inside_one_block_are_shuffled_across_its_shards():
+    """A stream that is one block (everything fits): its samples are permuted across
+    shards, not left in the shard order the first level drew."""
+    g = order(c=1, block=10**9)
+    assert sorted(g.tolist()) == list(range(80))
+    assert len(runs(STARTS, g)) > 40          # shards interleave (8 runs if left in shard order)
+    for k in range(8):                        # and each shard's samples are permuted
+        mine = g[shard_of(STARTS, g) == k]
+        assert not np.array_equal(mine, np.sort(mine))
+    assert not np.array_equal(g, order(c=1, block=10**9, epoch=1))
+
+
+@pytest.mark.parametrize("c", [1, 2, 4])
+def test_block_bytes_one_makes_every_shard_a_block_of_its_own(c):
+    """``block_bytes=1``: every shard is larger than a block, so each is a block alone:
+    its samples stay together (whole shard, contiguous in its stream) but are shuffled."""
+    g = order(c=c, block=1)
+    assert sorted(g.tolist()) == list(range(80))
+    for s in range(c):
+        stream = g[s::c]
+        of = shard_of(STARTS, stream)
+        change = np.flatnonzero(np.diff(of)) + 1
+        pieces = np.split(stream, change)
+        assert len(pieces) == len(set(of.tolist()))   # each shard one contiguous run
+        shuffled = [p for p in pieces if len(p) > 2 and not np.array_equal(p, np.sort(p))]
+        assert len(shuffled) >= len(pieces) - 1       # inside each, the samples are permuted
+
+
+@pytest.mark.parametrize("bad", [{"canonical_nodes": 0}, {"block_bytes": 0}, {"block_bytes": -5}])
+def test_canonical_nodes_and_block_bytes_must_be_positive(bad):
+    kw = dict(seed=0, epoch=0, shuffle=True, canonical_nodes=1, block_bytes=1)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        stream_order(STARTS, BYTES, **{**kw, **bad})
+
+
+def test_shards_of_one_sample_are_blocks_by_their_bytes():
+    """Shards of one sample, 100 bytes each: ``block_bytes=250`` makes blocks of 2
+    consecutive shards of the drawn shard order, 399 of 3; each block's samples are
+    permuted among themselves only. (With blocks of one shard the order is the drawn
+    shard order itself: the in-block shuffles come after the shard draw.)"""
+    starts, nbytes = shards([1] * 12), np.full(12, 100)
+
+    def draw(block: int) -> np.ndarray:
+        return stream_order(starts, nbytes, seed=3, epoch=0, shuffle=True, canonical_nodes=1, block_bytes=block)
+
+    shard_order = draw(1)
+    assert sorted(shard_order.tolist()) == list(range(12))
+    assert shard_order.tolist() != list(range(12))
+    for block, per in ((250, 2), (399, 3), (1200, 12)):
+        g = draw(block)
+        cut = [set(g[i:i + per].tolist()) for i in range(0, 12, per)]
+        assert cut == [set(shard_order[i:i + per].tolist()) for i in range(0, 12, per)], block
+        assert not np.array_equal(g, shard_order), block  # permuted inside some block
+
+
+def test_an_epoch_with_fewer_samples_than_canonical_nodes():
+    """3 samples cut into 4 streams: one stream is empty; every sample is still placed
+    once, and every rank of 4 nodes gets one (the one with nothing pads from the start)."""
+    starts = shards([1, 2])
+    g = stream_order(starts, np.array([100, 200]), seed=0, epoch=0, shuffle=True, canonical_nodes=4,
+                     block_bytes=1000)
+    assert sorted(g.tolist()) == [0, 1, 2]
+    taken = [stream_rank_order(g, rank=r, world_size=4, ranks_per_node=1, canonical_nodes=4) for r in range(4)]
+    assert [len(t) for t in taken] == [1, 1, 1, 1]
+    assert [t.tolist() for t in taken[:3]] == [[int(x)] for x in g]
+    assert taken[3].tolist() == [int(g[0])]  # nothing of its own: wraps to the order's start
+    assert [len(stream_rank_order(g, rank=r, world_size=4, ranks_per_node=1, canonical_nodes=4, drop_last=True))
+            for r in range(4)] == [0, 0, 0, 0]
+    empty = stream_order(shards([0]), np.array([0]), seed=0, epoch=0, shuffle=True, canonical_nodes=2,
+                         block_bytes=1)
+    assert empty.tolist() == []
+    assert stream_rank_order(empty, rank=1, world_size=2, ranks_per_node=1, canonical_nodes=2).tolist() == []
+
+
+def test_a_layout_is_one_rank_per_node_unless_told_and_keeps_what_resume_needs():
+    layout = StreamLayout(starts=STARTS, shard_bytes=BYTES, canonical_nodes=4, block_bytes=2000)
+    assert layout.state() == {"canonical_nodes": 4, "block_bytes": 2000}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layout.block_bytes = 1  # type: ignore[misc]
+    g = order(c=4)
+    for rank in range(4):  # rank 1 is node 1 here; with 2 ranks per node it would be node 0
+        plan = make_epoch_plan(80, batch_size=5, seed=7, epoch=0, shuffle=True, rank=rank, world_size=4,
+                               stream=layout)
+        assert np.array_equal(plan.order, stream_rank_order(g, rank=rank, world_size=4, ranks_per_node=1,
+                                                            canonical_nodes=4))
+
+
+def test_empty_shards_take_no_place_and_raise_no_warning():
+    """A shard with no samples (all left out at indexing) is a zero-length visit: it is in
+    no block and its bytes per sample are never divided by zero (``-W error`` runs too)."""
+    starts = shards([10, 0, 10, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = stream_order(starts, np.array([1000, 0, 1000, 500]), seed=0, epoch=0, shuffle=True,
+                         canonical_nodes=2, block_bytes=1000)
+    assert sorted(g.tolist()) == list(range(20))
+
+
+def test_start_outside_the_order_is_clamped_and_bad_ranks_per_node_are_named():
+    g = order(c=2)
+    kw = dict(world_size=4, ranks_per_node=2, canonical_nodes=2)
+    for rank in range(4):
+        assert np.array_equal(stream_rank_order(g, rank=rank, start=-7, **kw), stream_rank_order(g, rank=rank, **kw))
+        assert stream_rank_order(g, rank=rank, start=len(g) + 3, **kw).tolist() == []
+    for per_node in (0, -2):
+        with pytest.raises(ValueError, match="ranks per node"):
+            node_residue(0, 4, per_node)
+
+
+@pytest.mark.parametrize("start", [5, 6, 7, 13])
+def test_a_start_that_is_not_a_multiple_of_the_world_size_still_splits_the_rest(start):
+    """An elastic resume can start at any prefix (done on 3 ranks, resumed on 4): the
+    ranks then take every later position once, each its own residue."""
+    g = order(c=2)
+    world = 4
+    taken = {}
+    for rank in range(world):
+        residue, _ = node_residue(rank, world, 2)
+        mine = stream_rank_order(g, rank=rank, world_size=world, ranks_per_node=2, canonical_nodes=2,
+                                 start=start, drop_last=True)
+        positions = [p for p in range(start, len(g)) if p % world == residue][:len(mine)]
+        assert mine.tolist() == g[positions].tolist(), rank
+        taken[rank] = mine
+    flat = np.concatenate(list(taken.values()))
+    assert len(set(flat.tolist())) == len(flat) >= len(g) - start - world + 1
