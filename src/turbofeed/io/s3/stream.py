@@ -146,6 +146,7 @@ class ShardStream:
         if k is None:
             return None
         plain = self._sources[k].plain
+        fd: int | None = None
         for _ in range(3):  # a hold dropped under us (its reads done) leaves the next one
             held = self._hold_of(k)
             if held is None:
@@ -172,7 +173,7 @@ class ShardStream:
             # made again now (evicted, or read outside its hold) waiting for room as a
             # hold does, since the other ranks of the node let go after their block
             return plain.pread(offset, size, _PLAIN_WAIT_S, self._stop)
-        if held is None:
+        if held is None or fd is None:
             return None
         try:
             data = os.pread(fd, size, offset)
