@@ -47,9 +47,14 @@ def test_run_all_raises_the_earliest_error_after_the_running_items_end():
 
 def test_close_cancels_waiting_calls_and_refuses_new_ones():
     pool = Executor(1, "exec-test")
-    gate = threading.Event()
-    first = pool.submit(gate.wait, 5)
+    gate, running = threading.Event(), threading.Event()
+
+    def first_call() -> bool:
+        running.set()
+        return gate.wait(5)
+    first = pool.submit(first_call)
     waiting = [pool.submit(time.sleep, 0) for _ in range(5)]
+    assert running.wait(5)  # the thread has taken the first call: close() must let it finish
     threading.Timer(0.2, gate.set).start()
     pool.close()
     assert first.result() is True
