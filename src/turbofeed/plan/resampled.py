@@ -124,6 +124,13 @@ class ResampledRankOrder:
         else:
             self._n = -(-rest // world_size) if len(epoch) else 0
         self._rest = rest
+        self._real_from(self.start + rank)
+
+    def _real_from(self, first: int) -> None:
+        """Elements ``j < _real`` are at position ``first + j * world_size`` (the rest:
+        padding, through :meth:`positions`)."""
+        self._first = first
+        self._real = min(self._n, max(0, -(-(len(self.epoch) - first) // self.world_size)))
 
     def __len__(self) -> int:
         return self._n
@@ -140,8 +147,9 @@ class ResampledRankOrder:
                 j += self._n
             if not 0 <= j < self._n:
                 raise IndexError(f"index {j} out of range for {self._n} positions")
-            i = self.rank + j * self.world_size
-            return self.epoch[self.start + i if i < self._rest else i - self._rest]
+            if j < self._real:
+                return self.epoch[self._first + self.world_size * j]
+            return int(self.epoch.at(self.positions(np.array([j])))[0])  # padding: at most one per rank
         if isinstance(j, slice):
             return self.epoch.at(self.positions(np.arange(*j.indices(self._n), dtype=np.int64)))
         return self.epoch.at(self.positions(j))

@@ -130,9 +130,7 @@ class RoundsRankOrder(ResampledRankOrder):
                              "node count of the run that started the epoch); resume on 1, or a divisor, of them")
         super().__init__(rounds, rank=rank, world_size=world_size, drop_last=drop_last, start=max(start, 0))
         self._rounds = rounds  # self.epoch, typed as what it is
-        total = len(rounds)
-        self._first = self.start + (residue - self.start) % world_size
-        self._real = min(self._n, max(0, -(-(total - self._first) // world_size)))  # elements before padding
+        self._real_from(self.start + (residue - self.start) % world_size)  # the rank's first position
 
     def positions(self, j: np.ndarray) -> np.ndarray:
         """The global positions of elements ``j`` (int64 array)."""
@@ -142,18 +140,6 @@ class RoundsRankOrder(ResampledRankOrder):
             late = np.maximum(j - real, 0) % real  # padding: the real ones from the last back
             return np.where(j < real, self._first + w * j, self._first + w * (real - 1 - late))
         return j % max(len(self.epoch), 1)  # nothing of its own: wrap to the start (stream_rank_order)
-
-    def __getitem__(self, j: int | slice | np.ndarray) -> int | np.ndarray:
-        if isinstance(j, (int, np.integer)):  # the per-sample path first
-            j = int(j)
-            if j < 0:
-                j += self._n
-            if not 0 <= j < self._n:
-                raise IndexError(f"index {j} out of range for {self._n} positions")
-            if j < self._real:
-                return self.epoch[self._first + self.world_size * j]
-            return int(self.epoch.at(self.positions(np.array([j])))[0])
-        return super().__getitem__(j)
 
     def chunks(self, j0: int = 0) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(j, ids, block)`` from element ``j0`` on, one round at a time (the padding
