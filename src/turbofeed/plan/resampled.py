@@ -24,11 +24,12 @@ the global order strided, with wrap-around padding or ``drop_last``, exactly as
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
+
+from .lazy_chunks import LazyChunks
 
 _SHIFT = 16
 BLOCK = 1 << _SHIFT  # positions drawn together: ~2 ms, 512 KiB of ids
@@ -36,7 +37,7 @@ _CACHED = 8  # blocks kept per epoch (ranks read nearby positions; threads a few
 _TAG = 0x727332  # "rs2": keeps these draws apart from the other uses of (seed, epoch)
 
 
-class ResampledEpoch:
+class ResampledEpoch(LazyChunks[np.ndarray]):
     """The global order of one resampled epoch: ``size`` positions, drawn on demand.
 
     Args:
@@ -73,15 +74,10 @@ class ResampledEpoch:
         self._groups = np.flatnonzero(live)
         self._cum = np.cumsum(w[live]) / w[live].sum()
         self._cum[-1] = 1.0  # no draw falls past the last group by rounding
-        self.seed, self.epoch, self.size = int(seed), int(epoch), int(size)
-        self._blocks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self._last: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))  # the block asked for last
+        self.seed, self.epoch = int(seed), int(epoch)
+        super().__init__(size, BLOCK, _CACHED, np.zeros(0, np.int64))
 
-    def __len__(self) -> int:
-        return self.size
-
-    def _draw(self, b: int) -> np.ndarray:
+    def _compute(self, b: int) -> np.ndarray:
         """Sample ids of positions ``b * BLOCK ..`` (a whole block, past the end included)."""
         rng = np.random.default_rng([self.seed, self.epoch, _TAG, b])
         u = rng.random((2, BLOCK))  # per position: its group, then its sample in the group
@@ -93,40 +89,15 @@ class ResampledEpoch:
         k = np.searchsorted(self._first, q, side="right") - 1  # the shard (grouped order)
         return self._starts[self._shard[k]] + (q - self._first[k])
 
-    def block(self, b: int) -> np.ndarray:
-        """Block ``b``'s ids, from the cache or drawn now."""
-        last = self._last  # one tuple, replaced whole: read without the lock
-        if last[0] == b:
-            return last[1]
-        with self._lock:
-            found = self._blocks.get(b)
-            if found is not None:
-                self._blocks.move_to_end(b)
-        if found is None:
-            found = self._draw(b)
-            with self._lock:
-                self._blocks[b] = found
-                while len(self._blocks) > _CACHED:
-                    self._blocks.popitem(last=False)
-        self._last = (b, found)
-        return found
-
-    def at(self, positions: np.ndarray) -> np.ndarray:
-        """The sample ids at ``positions`` (int64 array, each in ``0 .. size-1``)."""
-        positions = np.asarray(positions, dtype=np.int64)
-        out = np.empty(positions.shape, np.int64)
-        blocks = positions // BLOCK
-        for b in np.unique(blocks).tolist():
-            where = blocks == b
-            out[where] = self.block(b)[positions[where] - b * BLOCK]
-        return out
+    def _ids(self, chunk: np.ndarray) -> np.ndarray:
+        return chunk
 
     def __getitem__(self, position: int) -> int:
-        return int(self.block(position >> _SHIFT)[position & (BLOCK - 1)])
+        return int(self.chunk(position >> _SHIFT)[position & (BLOCK - 1)])
 
 
 class ResampledRankOrder:
-    """One rank's lazy order over a :class:`ResampledEpoch`: what
+    """One rank's lazy order over a :class:`ResampledEpoch` (any lazy global order): what
     :func:`turbofeed.plan.order.rank_order` returns for the epoch's global order, without
     holding it. Element ``j`` is the global position ``start + rank + j * world_size``, or,
     in the wrap-around padding past the end, position ``j * world_size + rank - rest``
@@ -138,7 +109,8 @@ class ResampledRankOrder:
     iteration (ints) and :meth:`tolist`, as the plan's ``order`` array does.
     """
 
-    def __init__(self, epoch: ResampledEpoch, *, rank: int, world_size: int, drop_last: bool, start: int) -> None:
+    def __init__(self, epoch: LazyChunks[Any], *, rank: int, world_size: int, drop_last: bool,
+                 start: int) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         if start < 0:
@@ -152,6 +124,13 @@ class ResampledRankOrder:
         else:
             self._n = -(-rest // world_size) if len(epoch) else 0
         self._rest = rest
+        self._real_from(self.start + rank)
+
+    def _real_from(self, first: int) -> None:
+        """Elements ``j < _real`` are at position ``first + j * world_size`` (the rest:
+        padding, through :meth:`positions`)."""
+        self._first = first
+        self._real = min(self._n, max(0, -(-(len(self.epoch) - first) // self.world_size)))
 
     def __len__(self) -> int:
         return self._n
@@ -168,8 +147,9 @@ class ResampledRankOrder:
                 j += self._n
             if not 0 <= j < self._n:
                 raise IndexError(f"index {j} out of range for {self._n} positions")
-            i = self.rank + j * self.world_size
-            return self.epoch[self.start + i if i < self._rest else i - self._rest]
+            if j < self._real:
+                return self.epoch[self._first + self.world_size * j]
+            return int(self.epoch.at(self.positions(np.array([j])))[0])  # padding: at most one per rank
         if isinstance(j, slice):
             return self.epoch.at(self.positions(np.arange(*j.indices(self._n), dtype=np.int64)))
         return self.epoch.at(self.positions(j))

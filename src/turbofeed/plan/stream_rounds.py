@@ -34,12 +34,11 @@ on the world size, so resume is exact and elastic as for a whole streamed epoch.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 
 import numpy as np
 
+from .lazy_chunks import LazyChunks
 from .mixing import EpochDraw, draw_round
 from .resampled import ResampledRankOrder
 from .streaming import StreamLayout, node_residue, stream_blocks
@@ -58,7 +57,7 @@ def round_length(layout: StreamLayout) -> int:
     return layout.canonical_nodes * max(1, per_stream)
 
 
-class StreamRounds:
+class StreamRounds(LazyChunks[tuple[np.ndarray, np.ndarray]]):
     """The global order ``G`` of one streamed resampled epoch, round by round.
 
     Args:
@@ -76,14 +75,8 @@ class StreamRounds:
             raise ValueError(f"epoch_size {draw.size} needs samples, but all shards are empty")
         self.draw, self.layout = draw, layout
         self.seed, self.epoch, self.shuffle = int(seed), int(epoch), bool(shuffle)
-        self.size = draw.size
-        self.round_len = round_length(layout)
-        self._rounds: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._last: tuple[int, tuple[np.ndarray, np.ndarray]] = (-1, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-
-    def __len__(self) -> int:
-        return self.size
+        super().__init__(draw.size, round_length(layout), _CACHED, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        self.round_len = self.chunk_len
 
     @property
     def rounds(self) -> int:
@@ -93,43 +86,23 @@ class StreamRounds:
     def round(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """Round ``r``'s ``(ids, block)``: int64 sample ids of positions ``r * L ..``, and
         the block of each (numbered within the round, see ``stream_blocks``)."""
-        last = self._last  # one tuple, replaced whole: read without the lock (per-sample path)
-        if last[0] == r:
-            return last[1]
-        with self._lock:
-            found = self._rounds.get(r)
-            if found is not None:
-                self._rounds.move_to_end(r)
-        if found is not None:
-            self._last = (r, found)
-            return found
+        return self.chunk(r)
+
+    def _compute(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """Round ``r``: its own draw of shards, streamed (module docstring)."""
         size = min(self.round_len, self.size - r * self.round_len)
         d, lay = self.draw, self.layout
         visits = draw_round(d.shard_sizes, seed=self.seed, epoch=self.epoch, round=r, size=size, groups=d.groups,
                             weights=d.weights)
-        found = stream_blocks(lay.starts, lay.shard_bytes, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                              canonical_nodes=lay.canonical_nodes, block_bytes=lay.block_bytes, visits=visits,
-                              key=r)
-        with self._lock:
-            self._rounds[r] = found
-            while len(self._rounds) > _CACHED:
-                self._rounds.popitem(last=False)
-        self._last = (r, found)
-        return found
+        return stream_blocks(lay.starts, lay.shard_bytes, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                             canonical_nodes=lay.canonical_nodes, block_bytes=lay.block_bytes, visits=visits, key=r)
 
-    def at(self, positions: np.ndarray) -> np.ndarray:
-        """The sample ids at ``positions`` (int64 array, each in ``0 .. size-1``)."""
-        positions = np.asarray(positions, dtype=np.int64)
-        out = np.empty(positions.shape, np.int64)
-        rounds = positions // self.round_len
-        for r in np.unique(rounds).tolist():
-            where = rounds == r
-            out[where] = self.round(r)[0][positions[where] - r * self.round_len]
-        return out
+    def _ids(self, chunk: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        return chunk[0]
 
     def __getitem__(self, position: int) -> int:
         r, q = divmod(position, self.round_len)
-        return int(self.round(r)[0][q])
+        return int(self.chunk(r)[0][q])
 
 
 class RoundsRankOrder(ResampledRankOrder):
@@ -155,12 +128,9 @@ class RoundsRankOrder(ResampledRankOrder):
             raise ValueError(f"{nodes} nodes cannot share {layout.canonical_nodes} canonical streams: streaming "
                              f"needs a node count that divides canonical_nodes={layout.canonical_nodes} (the "
                              "node count of the run that started the epoch); resume on 1, or a divisor, of them")
-        # the base class only asks ``len``, ``[p]`` and ``at`` of its epoch: StreamRounds has them
-        super().__init__(rounds, rank=rank, world_size=world_size,  # type: ignore[arg-type]
-                         drop_last=drop_last, start=max(start, 0))
-        total = len(rounds)
-        self._first = self.start + (residue - self.start) % world_size
-        self._real = min(self._n, max(0, -(-(total - self._first) // world_size)))  # elements before padding
+        super().__init__(rounds, rank=rank, world_size=world_size, drop_last=drop_last, start=max(start, 0))
+        self._rounds = rounds  # self.epoch, typed as what it is
+        self._real_from(self.start + (residue - self.start) % world_size)  # the rank's first position
 
     def positions(self, j: np.ndarray) -> np.ndarray:
         """The global positions of elements ``j`` (int64 array)."""
@@ -171,23 +141,11 @@ class RoundsRankOrder(ResampledRankOrder):
             return np.where(j < real, self._first + w * j, self._first + w * (real - 1 - late))
         return j % max(len(self.epoch), 1)  # nothing of its own: wrap to the start (stream_rank_order)
 
-    def __getitem__(self, j: int | slice | np.ndarray) -> int | np.ndarray:
-        if isinstance(j, (int, np.integer)):  # the per-sample path first
-            j = int(j)
-            if j < 0:
-                j += self._n
-            if not 0 <= j < self._n:
-                raise IndexError(f"index {j} out of range for {self._n} positions")
-            if j < self._real:
-                return self.epoch[self._first + self.world_size * j]
-            return int(self.epoch.at(self.positions(np.array([j])))[0])
-        return super().__getitem__(j)
-
     def chunks(self, j0: int = 0) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(j, ids, block)`` from element ``j0`` on, one round at a time (the padding
         last): elements ``j .. j + len(ids) - 1`` are ``ids``, and ``block`` tells which
         block each is from (with ``j``, it tells apart two blocks holding one shard)."""
-        rounds: StreamRounds = self.epoch  # type: ignore[assignment]
+        rounds = self._rounds
         w, length, j = self.world_size, rounds.round_len, max(0, j0)
         while j < self._n:
             if j < self._real:

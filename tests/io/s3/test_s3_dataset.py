@@ -12,6 +12,7 @@ import time
 from collections import Counter
 
 import pytest
+from builders import FAST_RETRY
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
@@ -23,16 +24,9 @@ from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
 from turbofeed.io.s3.client import S3Client  # noqa: E402
 from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
 from turbofeed.io.s3.urls import close_clients  # noqa: E402
-from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
+from turbofeed.testing import FaultProxy  # noqa: E402
 
 BUCKET = "tf-data"
-FAST_RETRY = RetryPolicy(max_attempts=12, base_delay=0.005, max_delay=0.05)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LocalS3Server() as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

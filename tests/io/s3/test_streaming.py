@@ -9,57 +9,24 @@ import threading
 from collections import Counter
 
 import pytest
-from builders import small_jpeg, write_tar
+from builders import FAST_RETRY, CacheWatch, keys_of, upload_shards
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
-from turbofeed.io.retry import RetryPolicy  # noqa: E402
 from turbofeed.io.s3.client import S3Client  # noqa: E402
 from turbofeed.io.s3.config import S3Config  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
-from turbofeed.testing import LocalS3Server  # noqa: E402
 
 BUCKET = "tf-stream"
 SHARDS, PER_SHARD = 16, 10
 PREFIX = f"s3://{BUCKET}/train/"
-FAST_RETRY = RetryPolicy(max_attempts=12, base_delay=0.005, max_delay=0.05)
 
 
 @pytest.fixture(scope="module")
-def server():
-    with LocalS3Server() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def data(server, tmp_path_factory) -> dict:
+def data(server) -> dict:
     """16 shards of 10 samples uploaded under ``PREFIX``; their bytes and keys."""
-    out = tmp_path_factory.mktemp("shards")
-    client = S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test"))
-    client.boto3_client().create_bucket(Bucket=BUCKET)
-    total, keys = 0, []
-    for s in range(SHARDS):
-        members = []
-        for i in range(PER_SHARD):
-            key = f"s{s:02d}-{i:03d}"
-            keys.append(key)
-            members += [(f"{key}.jpg", small_jpeg(1000 * s + i)), (f"{key}.cls", str(s % 4).encode())]
-        path = write_tar(str(out / f"shard-{s:04d}.tar"), members)
-        body = open(path, "rb").read()
-        total += len(body)
-        client.put(f"{PREFIX}shard-{s:04d}.tar", body)
-    client.close()
-    return {"bytes": total, "keys": keys, "shard_bytes": total // SHARDS}
-
-
-@pytest.fixture
-def config(server, data, point_aws_at):
-    point_aws_at(server.endpoint)
-    yield S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test",
-                   cache_max_bytes=int(0.3 * data["bytes"]), retry=FAST_RETRY)
-    close_clients()
+    return upload_shards(server.endpoint, PREFIX, SHARDS, PER_SHARD)
 
 
 def loader(config, cache_dir, **kw):
@@ -67,39 +34,6 @@ def loader(config, cache_dir, **kw):
     return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, s3=config, cache_dir=str(cache_dir),
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, **kw)
-
-
-def keys_of(batches) -> list[str]:
-    return [k.rsplit("/", 1)[-1] for batch in batches for k in batch[2]]
-
-
-class CacheWatch:
-    """The largest number of bytes under the node cache's object and tmp folders, sampled."""
-
-    def __init__(self, root: str) -> None:
-        self.root, self.peak, self._stop = root, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            used = 0
-            for sub in ("objects", "tmp"):
-                try:
-                    for e in os.scandir(os.path.join(self.root, sub)):
-                        if not e.name.endswith(".lock"):
-                            try:
-                                used += e.stat().st_blocks * 512 if e.name.endswith(".part") else e.stat().st_size
-                            except FileNotFoundError:
-                                pass
-                except FileNotFoundError:
-                    pass
-            self.peak = max(self.peak, used)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(5)
-        return self.peak
 
 
 def test_an_epoch_streams_every_sample_once_and_each_shard_once(config, data, tmp_path):

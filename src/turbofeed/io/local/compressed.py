@@ -43,6 +43,7 @@ from ..s3.cache import CacheFull, ShardCache, object_name
 from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
 from ..s3.fills import GrowingFill
 from .files import FILES, FileId
+from .index import _build_index, cached_index
 
 log = logging.getLogger("turbofeed")
 
@@ -359,3 +360,23 @@ def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int |
                                    "truncated); it is re-indexed when the next epoch starts")
             yield f
     return PlainCopy(cache, name, path, open_compressed, size, identity.size)
+
+
+def index_plain(plain: PlainCopy, key: dict, index_path: str, shard: str) -> dict:
+    """The index of ``plain``'s tar, cached at ``index_path`` under ``key`` (the compressed
+    shard's identity) with the copy's size (``plain_bytes``), which ``plain.size`` is set
+    to. The copy is made if need be and pinned only while it is indexed.
+
+    Raises:
+        StorageError: the copy does not fit in the node cache.
+        DatasetError: not a compressed tar, or a corrupt stream.
+    """
+    def build() -> dict:
+        with plain.pinned() as copy:
+            index = _build_index(copy)
+        index["plain_bytes"] = index["file"]["size"]
+        index.update(key)
+        return index
+    index = cached_index(index_path, key, build, shard)
+    plain.size = int(index["plain_bytes"])
+    return index

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 from ...errors import DatasetError
 from ..source import Source
 from ..table import SampleTable
-from .compressed import PlainCopy, compression_of, local_plain_copy, node_cache
+from .compressed import PlainCopy, compression_of, index_plain, local_plain_copy, node_cache
 from .files import FILES, FileId, FileRef, file_id, views_enabled
-from .index import (TarDamage, _build_index, _cache_path, cached_index, default_cache_dir, load_index,
-                    report_damage, table_from_index, unreadable_index, without_images)
+from .index import (TarDamage, _cache_path, default_cache_dir, load_index, report_damage, table_from_index,
+                    unreadable_index, without_images)
 
 if TYPE_CHECKING:
     from ..s3.config import S3Config
@@ -76,15 +76,7 @@ class TarSource(Source):
         """
         plain = local_plain_copy(self.path, identity, node_cache(cache_dir, s3))
         key = {"file": identity.as_dict(), "plain_copy": True}
-
-        def build() -> dict:
-            with plain.pinned() as copy:
-                index = _build_index(copy)
-            index["plain_bytes"] = index["file"]["size"]
-            index.update(key)
-            return index
-        index = cached_index(_cache_path(cache_dir, self.path), key, build, self.path)
-        plain.size = int(index["plain_bytes"])
+        index = index_plain(plain, key, _cache_path(cache_dir, self.path), self.path)
         self.plain = plain
         return index
 

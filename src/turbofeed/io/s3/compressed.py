@@ -33,8 +33,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from ..local.compressed import PlainCopy
-from ..local.index import _build_index, cached_index
+from ..local.compressed import PlainCopy, index_plain
 from ..local.private import private_dirs
 from .cache import object_name, remove_file
 from .config import ObjectInfo
@@ -57,16 +56,7 @@ def open_plain(shards: S3Shards, info: ObjectInfo, copy_name: str, key: dict) ->
     plain = PlainCopy(shards.cache, object_name(info.url, info.etag, info.size, ".plain.tar"), info.url,
                       lambda: _compressed_copy(shards, info, copy_name), packed=info.size)
     key = {**key, "plain_copy": 2}  # 2: the copy's size recorded
-
-    def build() -> dict:
-        with plain.pinned() as path:
-            index = _build_index(path)
-        index["plain_bytes"] = index["file"]["size"]
-        index.update(key)
-        return index
-    index = cached_index(shards._index_path(info), key, build, info.url)
-    plain.size = int(index["plain_bytes"])
-    return plain, index
+    return plain, index_plain(plain, key, shards._index_path(info), info.url)
 
 
 @contextlib.contextmanager
