@@ -10,7 +10,6 @@ installs bsdtar and busybox in CI."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tarfile
@@ -18,9 +17,8 @@ from pathlib import Path
 
 import pytest
 from builders import small_jpeg
+from tar_compare import scan_both, tarfile_members, walked
 
-from turbofeed.io.local import index as index_module
-from turbofeed.io.local.tarscan import fast_members
 
 BLOCK = 512
 SHORT = ["d/k000.jpg", "d/k000.cls", "d/k001.jpg", "d/k001.cls", "d/empty.cls", "d/k002.bin", "d/k003.bin"]
@@ -67,30 +65,6 @@ def write_with(tool: str, fmt: str | None, src: Path, out: Path, *extra: str) ->
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (cmd, done.stderr)
     return out
-
-
-def tarfile_members(path: Path) -> list[tuple[str, int, int]]:
-    with tarfile.open(path) as tf:
-        return [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
-
-
-def scan_both(path: Path, monkeypatch) -> tuple:
-    """The index's ``_scan`` as it is (fast walk first) and with tarfile alone."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        fast = index_module._scan(f, size)
-    with open(path, "rb") as f, monkeypatch.context() as m:
-        m.setattr(index_module, "fast_members", lambda fd, size: None)
-        slow = index_module._scan(f, size)
-    return fast, slow
-
-
-def walked(path: Path) -> list[tuple[str, int, int]] | None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fast_members(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
 
 
 # (tool, format, names, whether the fast walk reads it: plain headers only)
