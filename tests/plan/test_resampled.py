@@ -73,3 +73,11 @@ def test_the_plan_of_a_two_billion_sample_epoch_is_lazy_and_resumes_at_any_posit
     later = make_epoch_plan(0, batch_size=256, seed=3, epoch=7, shuffle=True, rank=1, world_size=4, draw=draw,
                             start=done)
     assert later.order[0:256].tolist() == plan.order[1_234_567 * 256:1_234_568 * 256].tolist()
+
+
+def test_groups_without_weights_are_one_dataset():
+    # groups only mean something with weights: without them, every sample equally likely
+    groups = np.array([0, 0, 1, 1, 2])
+    plain = EpochDraw(shard_sizes=SIZES, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
+    grouped = EpochDraw(shard_sizes=SIZES, groups=groups, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
+    assert np.array_equal(grouped.at(np.arange(5000)), plain.at(np.arange(5000)))
