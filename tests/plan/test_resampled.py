@@ -81,3 +81,10 @@ def test_groups_without_weights_are_one_dataset():
     plain = EpochDraw(shard_sizes=SIZES, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
     grouped = EpochDraw(shard_sizes=SIZES, groups=groups, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
     assert np.array_equal(grouped.at(np.arange(5000)), plain.at(np.arange(5000)))
+
+
+@pytest.mark.parametrize("groups, weights", [([0, 0, 1, 1, 1], (0, 0)), ([0, 1, 0, 0, 0], (0, 1))])
+def test_an_epoch_whose_weighted_groups_hold_no_sample_is_refused(groups, weights):
+    # weight 0 on the groups with samples, weight > 0 only on an empty one (shard 1 holds 0)
+    with pytest.raises(ValueError, match="no group with samples"):
+        ResampledEpoch(SIZES, seed=0, epoch=0, size=10, groups=np.array(groups), weights=weights)
