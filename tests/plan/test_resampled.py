@@ -88,3 +88,12 @@ def test_an_epoch_whose_weighted_groups_hold_no_sample_is_refused(groups, weight
     # weight 0 on the groups with samples, weight > 0 only on an empty one (shard 1 holds 0)
     with pytest.raises(ValueError, match="no group with samples"):
         ResampledEpoch(SIZES, seed=0, epoch=0, size=10, groups=np.array(groups), weights=weights)
+
+
+def test_an_index_past_either_end_is_refused_as_a_list_refuses_it():
+    epoch = ResampledEpoch(SIZES, seed=2, epoch=0, size=10)
+    lazy = ResampledRankOrder(epoch, rank=1, world_size=3, drop_last=False, start=0)
+    assert len(lazy) == 4 and lazy[-1] == lazy[3] and lazy[-4] == lazy[0]
+    for j in (4, -5):
+        with pytest.raises(IndexError, match="out of range"):
+            lazy[j]
