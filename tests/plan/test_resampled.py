@@ -97,3 +97,11 @@ def test_an_index_past_either_end_is_refused_as_a_list_refuses_it():
     for j in (4, -5):
         with pytest.raises(IndexError, match="out of range"):
             lazy[j]
+
+
+def test_an_epoch_of_no_samples_over_empty_shards_is_empty():
+    # a dataset whose shards are all empty, resampled, epoch_size 0: an empty order (it raised
+    # IndexError: the draw's cumulative shares were empty)
+    epoch = EpochDraw(shard_sizes=np.array([0, 0]), resample=True).resampled(seed=0, epoch=0)
+    assert len(epoch) == 0 and epoch.at(np.zeros(0, np.int64)).tolist() == []
+    assert ResampledRankOrder(epoch, rank=0, world_size=2, drop_last=False, start=0).tolist() == []
