@@ -290,3 +290,14 @@ def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, c
     assert f"{out}: damaged dataset index (checksum mismatch)" in caplog.text
     with pytest.raises(turbofeed.DatasetError, match="no dataset index at"):
         turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=str(tmp_path / "missing.index"))
+
+
+def test_a_write_that_fails_leaves_neither_the_index_nor_its_temporary_file(tmp_path):
+    # the header cannot be written (not JSON) after the arrays were: nothing of it stays
+    # behind, and an index already there is kept as it was
+    path = str(tmp_path / INDEX_NAME)
+    write_index(path, {"shards": []}, {"a": np.arange(3)})
+    before = open(path, "rb").read()
+    with pytest.raises(TypeError):
+        write_index(path, {"shards": [], "bad": object()}, {"a": np.arange(1000)})
+    assert os.listdir(tmp_path) == [INDEX_NAME] and open(path, "rb").read() == before
