@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import stat
+import struct
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from builders import small_jpeg, write_tar
 
 import turbofeed
+from turbofeed.errors import DatasetError
 from turbofeed.io import Dataset
 from turbofeed.io.dsindex import INDEX_NAME, build_index
 from turbofeed.io.dsindex import fileformat
@@ -301,3 +303,25 @@ def test_a_write_that_fails_leaves_neither_the_index_nor_its_temporary_file(tmp_
     with pytest.raises(TypeError):
         write_index(path, {"shards": [], "bad": object()}, {"a": np.arange(1000)})
     assert os.listdir(tmp_path) == [INDEX_NAME] and open(path, "rb").read() == before
+
+
+def test_an_array_the_header_places_past_the_arrays_is_refused(tmp_path):
+    # a writer's mistake under a valid checksum: array "a" holds 3 uint32 (12 bytes), the
+    # header says 20 (80 bytes, running into the header itself): refused, never read as ids
+    path = str(tmp_path / INDEX_NAME)
+    write_index(path, {"shards": []}, {"a": np.arange(3, dtype=np.uint32)})
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, at, length, _ = struct.unpack("<8sQQI", data[:28])
+    header = json.loads(data[at:at + length])
+    header["arrays"]["a"]["count"] = 20
+    text = json.dumps(header).encode()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(text)
+        f.truncate(at + len(text))
+        crc = fileformat.checksum(f.fileno(), at + len(text), at, len(text))
+        f.seek(0)
+        f.write(struct.pack("<8sQQI", magic, at, len(text), crc))
+    with pytest.raises(DatasetError, match="array a lies outside the arrays"):
+        read_index(path)
