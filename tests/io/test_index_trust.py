@@ -325,3 +325,19 @@ def test_an_array_the_header_places_past_the_arrays_is_refused(tmp_path):
         f.write(struct.pack("<8sQQI", magic, at, len(text), crc))
     with pytest.raises(DatasetError, match="array a lies outside the arrays"):
         read_index(path)
+
+
+@pytest.mark.parametrize("changed", [3, 4])
+def test_the_warning_names_three_changed_shards_and_counts_the_rest(tmp_path, caplog, changed):
+    data = _data(tmp_path / "data", shards=4)
+    build_index(data, progress=False)
+    for k in range(changed):  # each rewritten with a label of 7 since the index was built
+        _shard(os.path.join(data, f"s-{k}.tar"), "abcdefgh"[k], 7)
+        os.utime(os.path.join(data, f"s-{k}.tar"), ns=(_STAMP + 10**9, _STAMP + 10**9))
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(data)
+    assert [label for _, label in _truth(ds)] == [7] * 4 * changed + [4] * 4 * (4 - changed)
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and f"{changed} shard(s) changed" in warned[0], warned
+    assert "(s-0.tar, s-1.tar, s-2.tar" in warned[0]
+    assert ("and 1 more)" in warned[0]) == (changed == 4) and " more" not in warned[0].replace("and 1 more", "")
