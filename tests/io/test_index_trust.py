@@ -341,3 +341,18 @@ def test_the_warning_names_three_changed_shards_and_counts_the_rest(tmp_path, ca
     assert len(warned) == 1 and f"{changed} shard(s) changed" in warned[0], warned
     assert "(s-0.tar, s-1.tar, s-2.tar" in warned[0]
     assert ("and 1 more)" in warned[0]) == (changed == 4) and " more" not in warned[0].replace("and 1 more", "")
+
+
+def test_keys_that_run_past_their_bytes_are_refused(tmp_path, caplog):
+    # the key bytes one short under a valid checksum: the last key would be read cut
+    data = _data(tmp_path / "data")
+    index = build_index(data, progress=False).path
+    header, arrays = read_index(index)
+    kept = {name: np.array(a) for name, a in arrays.items()}
+    kept["key_blob"] = kept["key_blob"][:-1]
+    write_index(index, header, kept)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(data)
+    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "the keys run past their bytes" in warned[0], warned
