@@ -476,3 +476,21 @@ def test_s3_without_put_rights_the_index_goes_to_the_cache(s3, tmp_path, monkeyp
     with caplog.at_level(logging.INFO, logger="turbofeed"):
         Dataset(f"s3://{BUCKET}/c/s-0.tar", index=None)
     assert any("no dataset index for s3://" in r.getMessage() for r in caplog.records)
+
+
+def test_s3_index_copy_in_a_cache_others_can_write_is_not_used(s3, tmp_path, caplog):
+    # the local copy of an s3:// index is a file in the index cache like any other: believed
+    # only where others could not have replaced it
+    prefix = f"s3://{BUCKET}/shared-cache/"
+    _shards_to(s3, prefix, 2)
+    build_index(prefix, cache_dir=str(tmp_path / "builder"), progress=False)
+    cache = tmp_path / "cache"
+    first = Dataset(prefix, cache_dir=str(cache))  # downloads the index's copy
+    assert first.index is not None
+    first.close()
+    cache.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(prefix, cache_dir=str(cache))
+    assert ds.index is None and list(ds.labels) == [0, 1, 2, 1, 2, 3]
+    assert f"{cache} is writable by others (mode 0777, no sticky bit)" in caplog.text
+    ds.close()
