@@ -494,3 +494,35 @@ def test_s3_index_copy_in_a_cache_others_can_write_is_not_used(s3, tmp_path, cap
     assert ds.index is None and list(ds.labels) == [0, 1, 2, 1, 2, 3]
     assert f"{cache} is writable by others (mode 0777, no sticky bit)" in caplog.text
     ds.close()
+
+
+def test_the_index_covering_the_most_shards_is_used_and_one_covering_none_is_not(tmp_path):
+    from turbofeed.io.dsindex.where import cached_path
+
+    data, cache = tmp_path / "data", str(tmp_path / "cache")
+    data.mkdir()
+    shard = [str(data / f"s-{k}.tar") for k in range(2)]
+    write_tar(shard[0], _sample("a", b"1"))
+    mine = cached_path([("tar", p) for p in shard], cache)  # the cache's file for both shards
+    build_index(str(data), out=mine, cache_dir=cache, progress=False)  # lists s-0 alone
+    write_tar(shard[1], _sample("b", b"2", seed=1))
+    ds = Dataset(str(data), cache_dir=cache)  # nothing beside the data; the cache's covers 1 of 2
+    assert ds.index is not None and ds.index.path == mine and list(ds.labels) == [1, 2]
+    build_index(str(data), progress=False)  # beside the data, both shards: it wins
+    assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)
+    os.unlink(data / INDEX_NAME)
+    write_tar(str(data / "s-2.tar"), _sample("c", b"3", seed=2))
+    build_index(str(data / "s-{0..1}.tar"), out=str(data / INDEX_NAME), progress=False)  # beside: 2 of 3
+    mine3 = cached_path([("tar", p) for p in shard + [str(data / "s-2.tar")]], cache)
+    build_index(str(data), out=mine3, cache_dir=cache, progress=False)  # the cache's: all 3
+    assert Dataset(str(data), cache_dir=cache).index.path == mine3  # a whole one after a partial one
+    os.unlink(mine3)
+    for k in range(3):  # renamed: the index beside lists none of them
+        os.rename(data / f"s-{k}.tar", data / f"t-{k}.tar")
+    assert Dataset(str(data), cache_dir=cache).index is None
+
+
+def test_describe_names_a_list_by_its_first_path_and_count():
+    assert find.describe("data/") == "data/"
+    assert find.describe(["a.tar"]) == "a.tar"
+    assert find.describe(["a.tar", "b.tar"]) == "a.tar ... (2 paths)"
