@@ -219,7 +219,7 @@ def test_refresh_reindexes_a_shard_rewritten_after_the_dataset_was_built(tmp_pat
 def test_without_an_index_many_shards_get_a_hint_once(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(find, "_HINTED", set())
     few, many = tmp_path / "few", tmp_path / "many"
-    for folder, count in ((few, 3), (many, 32)):
+    for folder, count in ((few, 31), (many, 32)):  # 31: one short of HINT_SHARDS, no hint
         folder.mkdir()
         for s in range(count):
             write_tar(str(folder / f"s-{s:03d}.tar"), _sample(f"k{s}", b"1", seed=s))
@@ -476,3 +476,53 @@ def test_s3_without_put_rights_the_index_goes_to_the_cache(s3, tmp_path, monkeyp
     with caplog.at_level(logging.INFO, logger="turbofeed"):
         Dataset(f"s3://{BUCKET}/c/s-0.tar", index=None)
     assert any("no dataset index for s3://" in r.getMessage() for r in caplog.records)
+
+
+def test_s3_index_copy_in_a_cache_others_can_write_is_not_used(s3, tmp_path, caplog):
+    # the local copy of an s3:// index is a file in the index cache like any other: believed
+    # only where others could not have replaced it
+    prefix = f"s3://{BUCKET}/shared-cache/"
+    _shards_to(s3, prefix, 2)
+    build_index(prefix, cache_dir=str(tmp_path / "builder"), progress=False)
+    cache = tmp_path / "cache"
+    first = Dataset(prefix, cache_dir=str(cache))  # downloads the index's copy
+    assert first.index is not None
+    first.close()
+    cache.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(prefix, cache_dir=str(cache))
+    assert ds.index is None and list(ds.labels) == [0, 1, 2, 1, 2, 3]
+    assert f"{cache} is writable by others (mode 0777, no sticky bit)" in caplog.text
+    ds.close()
+
+
+def test_the_index_covering_the_most_shards_is_used_and_one_covering_none_is_not(tmp_path):
+    from turbofeed.io.dsindex.where import cached_path
+
+    data, cache = tmp_path / "data", str(tmp_path / "cache")
+    data.mkdir()
+    shard = [str(data / f"s-{k}.tar") for k in range(2)]
+    write_tar(shard[0], _sample("a", b"1"))
+    mine = cached_path([("tar", p) for p in shard], cache)  # the cache's file for both shards
+    build_index(str(data), out=mine, cache_dir=cache, progress=False)  # lists s-0 alone
+    write_tar(shard[1], _sample("b", b"2", seed=1))
+    ds = Dataset(str(data), cache_dir=cache)  # nothing beside the data; the cache's covers 1 of 2
+    assert ds.index is not None and ds.index.path == mine and list(ds.labels) == [1, 2]
+    build_index(str(data), progress=False)  # beside the data, both shards: it wins
+    assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)
+    os.unlink(data / INDEX_NAME)
+    write_tar(str(data / "s-2.tar"), _sample("c", b"3", seed=2))
+    build_index(str(data / "s-{0..1}.tar"), out=str(data / INDEX_NAME), progress=False)  # beside: 2 of 3
+    mine3 = cached_path([("tar", p) for p in shard + [str(data / "s-2.tar")]], cache)
+    build_index(str(data), out=mine3, cache_dir=cache, progress=False)  # the cache's: all 3
+    assert Dataset(str(data), cache_dir=cache).index.path == mine3  # a whole one after a partial one
+    os.unlink(mine3)
+    for k in range(3):  # renamed: the index beside lists none of them
+        os.rename(data / f"s-{k}.tar", data / f"t-{k}.tar")
+    assert Dataset(str(data), cache_dir=cache).index is None
+
+
+def test_describe_names_a_list_by_its_first_path_and_count():
+    assert find.describe("data/") == "data/"
+    assert find.describe(["a.tar"]) == "a.tar"
+    assert find.describe(["a.tar", "b.tar"]) == "a.tar ... (2 paths)"

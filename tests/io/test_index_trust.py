@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import stat
+import struct
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from builders import small_jpeg, write_tar
 
 import turbofeed
+from turbofeed.errors import DatasetError
 from turbofeed.io import Dataset
 from turbofeed.io.dsindex import INDEX_NAME, build_index
 from turbofeed.io.dsindex import fileformat
@@ -290,3 +292,67 @@ def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, c
     assert f"{out}: damaged dataset index (checksum mismatch)" in caplog.text
     with pytest.raises(turbofeed.DatasetError, match="no dataset index at"):
         turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=str(tmp_path / "missing.index"))
+
+
+def test_a_write_that_fails_leaves_neither_the_index_nor_its_temporary_file(tmp_path):
+    # the header cannot be written (not JSON) after the arrays were: nothing of it stays
+    # behind, and an index already there is kept as it was
+    path = str(tmp_path / INDEX_NAME)
+    write_index(path, {"shards": []}, {"a": np.arange(3)})
+    before = open(path, "rb").read()
+    with pytest.raises(TypeError):
+        write_index(path, {"shards": [], "bad": object()}, {"a": np.arange(1000)})
+    assert os.listdir(tmp_path) == [INDEX_NAME] and open(path, "rb").read() == before
+
+
+def test_an_array_the_header_places_past_the_arrays_is_refused(tmp_path):
+    # a writer's mistake under a valid checksum: array "a" holds 3 uint32 (12 bytes), the
+    # header says 20 (80 bytes, running into the header itself): refused, never read as ids
+    path = str(tmp_path / INDEX_NAME)
+    write_index(path, {"shards": []}, {"a": np.arange(3, dtype=np.uint32)})
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, at, length, _ = struct.unpack("<8sQQI", data[:28])
+    header = json.loads(data[at:at + length])
+    header["arrays"]["a"]["count"] = 20
+    text = json.dumps(header).encode()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(text)
+        f.truncate(at + len(text))
+        crc = fileformat.checksum(f.fileno(), at + len(text), at, len(text))
+        f.seek(0)
+        f.write(struct.pack("<8sQQI", magic, at, len(text), crc))
+    with pytest.raises(DatasetError, match="array a lies outside the arrays"):
+        read_index(path)
+
+
+@pytest.mark.parametrize("changed", [3, 4])
+def test_the_warning_names_three_changed_shards_and_counts_the_rest(tmp_path, caplog, changed):
+    data = _data(tmp_path / "data", shards=4)
+    build_index(data, progress=False)
+    for k in range(changed):  # each rewritten with a label of 7 since the index was built
+        _shard(os.path.join(data, f"s-{k}.tar"), "abcdefgh"[k], 7)
+        os.utime(os.path.join(data, f"s-{k}.tar"), ns=(_STAMP + 10**9, _STAMP + 10**9))
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(data)
+    assert [label for _, label in _truth(ds)] == [7] * 4 * changed + [4] * 4 * (4 - changed)
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and f"{changed} shard(s) changed" in warned[0], warned
+    assert "(s-0.tar, s-1.tar, s-2.tar" in warned[0]
+    assert ("and 1 more)" in warned[0]) == (changed == 4) and " more" not in warned[0].replace("and 1 more", "")
+
+
+def test_keys_that_run_past_their_bytes_are_refused(tmp_path, caplog):
+    # the key bytes one short under a valid checksum: the last key would be read cut
+    data = _data(tmp_path / "data")
+    index = build_index(data, progress=False).path
+    header, arrays = read_index(index)
+    kept = {name: np.array(a) for name, a in arrays.items()}
+    kept["key_blob"] = kept["key_blob"][:-1]
+    write_index(index, header, kept)
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        ds = Dataset(data)
+    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "the keys run past their bytes" in warned[0], warned

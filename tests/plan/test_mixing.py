@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from turbofeed.plan.mixing import ShardVisits, draw_epoch, quotas
+from turbofeed.plan.mixing import ShardVisits, draw_epoch, draw_round, quotas
 
 
 def shard_of(sizes, ids: np.ndarray) -> np.ndarray:
@@ -301,3 +301,15 @@ def test_visit_of_and_ids_in_order():
     m = draw_epoch(MIX_SIZES, seed=2, epoch=0, groups=MIX_GROUPS, weights=[1, 1, 1, 1], epoch_size=30)
     assert np.array_equal(m.ids_in_order(np.arange(len(m.shard))), m.ids)  # partial visits kept
     assert len(v.ids_in_order(np.array([], dtype=np.int64))) == 0
+
+
+def test_a_round_draws_shards_with_replacement_not_in_passes():
+    # 8 shards of 10, rounds of 80 samples: passes would visit each shard exactly once; drawn
+    # with replacement, all 8 distinct has probability 8!/8**8 (0.24%) per round
+    sizes = np.full(8, 10)
+    repeats = 0
+    for r in range(5):
+        visits = draw_round(sizes, seed=0, epoch=0, round=r, size=80)
+        assert len(visits) == 80 and np.array_equal(np.diff(visits.start), sizes[visits.shard])  # whole shards
+        repeats += len(set(visits.shard.tolist())) < len(visits.shard)
+    assert repeats == 5

@@ -73,3 +73,35 @@ def test_the_plan_of_a_two_billion_sample_epoch_is_lazy_and_resumes_at_any_posit
     later = make_epoch_plan(0, batch_size=256, seed=3, epoch=7, shuffle=True, rank=1, world_size=4, draw=draw,
                             start=done)
     assert later.order[0:256].tolist() == plan.order[1_234_567 * 256:1_234_568 * 256].tolist()
+
+
+def test_groups_without_weights_are_one_dataset():
+    # groups only mean something with weights: without them, every sample equally likely
+    groups = np.array([0, 0, 1, 1, 2])
+    plain = EpochDraw(shard_sizes=SIZES, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
+    grouped = EpochDraw(shard_sizes=SIZES, groups=groups, epoch_size=5000, resample=True).resampled(seed=3, epoch=1)
+    assert np.array_equal(grouped.at(np.arange(5000)), plain.at(np.arange(5000)))
+
+
+@pytest.mark.parametrize("groups, weights", [([0, 0, 1, 1, 1], (0, 0)), ([0, 1, 0, 0, 0], (0, 1))])
+def test_an_epoch_whose_weighted_groups_hold_no_sample_is_refused(groups, weights):
+    # weight 0 on the groups with samples, weight > 0 only on an empty one (shard 1 holds 0)
+    with pytest.raises(ValueError, match="no group with samples"):
+        ResampledEpoch(SIZES, seed=0, epoch=0, size=10, groups=np.array(groups), weights=weights)
+
+
+def test_an_index_past_either_end_is_refused_as_a_list_refuses_it():
+    epoch = ResampledEpoch(SIZES, seed=2, epoch=0, size=10)
+    lazy = ResampledRankOrder(epoch, rank=1, world_size=3, drop_last=False, start=0)
+    assert len(lazy) == 4 and lazy[-1] == lazy[3] and lazy[-4] == lazy[0]
+    for j in (4, -5):
+        with pytest.raises(IndexError, match="out of range"):
+            lazy[j]
+
+
+def test_an_epoch_of_no_samples_over_empty_shards_is_empty():
+    # a dataset whose shards are all empty, resampled, epoch_size 0: an empty order (it raised
+    # IndexError: the draw's cumulative shares were empty)
+    epoch = EpochDraw(shard_sizes=np.array([0, 0]), resample=True).resampled(seed=0, epoch=0)
+    assert len(epoch) == 0 and epoch.at(np.zeros(0, np.int64)).tolist() == []
+    assert ResampledRankOrder(epoch, rank=0, world_size=2, drop_last=False, start=0).tolist() == []

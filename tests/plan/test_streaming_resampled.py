@@ -174,3 +174,17 @@ def test_a_streamed_plan_held_whole_tells_the_block_of_each_position():
         for k in set(shard_of(ids).tolist()):
             blocks_of.setdefault(k, set()).add(b)
     assert all(len(blocks) >= 2 for blocks in blocks_of.values()) and len(blocks_of) == 7  # shard 1 is empty
+
+
+@pytest.mark.parametrize("size, start", [(3, 0), (5, 2), (1, 0)])
+def test_a_rank_with_no_position_of_its_own_pads_as_stream_rank_order_does(size, start):
+    # fewer positions than ranks: some rank's residue is past the end, so all it reads is padding
+    rounds = StreamRounds(draw(size), layout(4), seed=1, epoch=0, shuffle=True)
+    everything = whole(rounds)
+    for rank in range(4):
+        lazy = RoundsRankOrder(rounds, rank=rank, world_size=4, drop_last=False, start=start)
+        expected = stream_rank_order(everything, rank=rank, world_size=4, ranks_per_node=1, canonical_nodes=4,
+                                     drop_last=False, start=start)
+        assert len(expected) == 1
+        assert lazy.tolist() == expected.tolist() and lazy[0] == expected[0]
+        assert np.concatenate([ids for _, ids, _ in lazy.chunks()]).tolist() == expected.tolist()

@@ -73,7 +73,7 @@ class ResampledEpoch(LazyChunks[np.ndarray]):
             raise ValueError(f"weights {list(w)} give no group with samples")
         self._groups = np.flatnonzero(live)
         self._cum = np.cumsum(w[live]) / w[live].sum()
-        self._cum[-1] = 1.0  # no draw falls past the last group by rounding
+        self._cum[-1:] = 1.0  # no draw falls past the last group by rounding (none: no group, size 0)
         self.seed, self.epoch = int(seed), int(epoch)
         super().__init__(size, BLOCK, _CACHED, np.zeros(0, np.int64))
 
