@@ -24,7 +24,7 @@ import numpy as np
 from .slots import Slot
 from ..errors import UserCodeError
 from .stages import PerSample, StageInfo, chw_with_label
-from .usercode import name_of, raised, returned
+from .usercode import name_of, raised, returned, routed
 from .work import SampleWork
 
 INFO = StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment", "errors.augment"))
@@ -45,7 +45,7 @@ class UserAugment:
         self.work = work
         self.callables = list(callables)
         self.names = [name_of(f"transform[{first + i}]", fn) for i, fn in enumerate(self.callables)]
-        self.as_bad_sample = user_errors == "bad_sample"
+        self.user_errors = user_errors
         transform = work.transform
         size = None if transform is None else transform.size
         spec = None if transform is None else transform.output
@@ -73,9 +73,7 @@ class UserAugment:
         """A :class:`UserCodeError` naming the sample, or under ``user_errors="bad_sample"``
         a bad sample of stage ``augment`` saying the same."""
         shard, key = self.work.dataset.describe(gid)
-        error = make(*args, shard=shard, key=key)
-        return self.work.error(gid, "augment", ValueError(f"{error.callable_name}: {error.reason}")) \
-            if self.as_bad_sample else error
+        return routed(make(*args, shard=shard, key=key), self.user_errors, self.work, gid)
 
     def _decoded(self, gid: int) -> tuple[np.ndarray, int]:
         if self.row is None:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.fields import decode_field
-from ..errors import StorageError, UserCodeError
+from ..errors import StorageError
 from ..io import pick_member
 from ..io.table import IMAGE_EXTENSIONS
 from ..transforms import nearest
 from .stages import DecodeStage, StageInfo
-from .usercode import name_of, raised, returned
+from .usercode import name_of, raised, returned, routed
 from .work import SampleWork
 
 if TYPE_CHECKING:
@@ -193,17 +193,10 @@ class FieldReader:
         try:
             out = self.map({**fields, "__key__": key, "__url__": url})  # type: ignore[misc]
         except Exception as exc:
-            raise self._user_error(gid, raised(name, exc, url, key)) from exc
+            raise routed(raised(name, exc, url, key), self.user_errors, self.work, gid) from exc
         if not isinstance(out, dict):
-            raise self._user_error(gid, returned(name, out, "a dict", url, key))
+            raise routed(returned(name, out, "a dict", url, key), self.user_errors, self.work, gid)
         return {k: v for k, v in out.items() if k not in ("__key__", "__url__", IMAGE)}
-
-
-    def _user_error(self, gid: int, error: UserCodeError) -> Exception:
-        """``error``, or under ``user_errors="bad_sample"`` a bad sample saying the same."""
-        if self.user_errors == "bad_sample":
-            return self.work.error(gid, "augment", ValueError(f"{error.callable_name}: {error.reason}"))
-        return error
 
     def _paired(self, gid: int, name: str, value: Any) -> np.ndarray:
         """``value`` cut by the image's crop window and flip. It must have the image's

@@ -14,9 +14,12 @@ back into ``on_error``; a batch-level one (``collate``, ``batch_transform``) alw
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserCodeError
+
+if TYPE_CHECKING:
+    from .work import SampleWork
 
 USER_ERRORS = ("raise", "bad_sample")
 
@@ -48,3 +51,11 @@ def raised(name: str, exc: BaseException, shard: str = "", key: str = "") -> Use
 def returned(name: str, value: Any, wanted: str, shard: str = "", key: str = "") -> UserCodeError:
     """The error for callable ``name`` returning ``value`` where ``wanted`` was needed."""
     return UserCodeError(name, shard, key, f"returned {type(value).__name__}, not {wanted}")
+
+
+def routed(error: UserCodeError, user_errors: str, work: SampleWork, gid: int) -> Exception:
+    """What to raise for ``error`` on sample ``gid``: the error itself, or under
+    ``user_errors="bad_sample"`` a bad sample of stage ``augment`` saying the same."""
+    if user_errors == "bad_sample":
+        return work.error(gid, "augment", ValueError(f"{error.callable_name}: {error.reason}"))
+    return error
