@@ -277,8 +277,9 @@ class PlainCopy:
         # The room is held by pinned copies. This process's own let go when not being
         # read: one retrier at a time (its .part is gone: it holds no room while it
         # waits) unpins them as they become idle and waits for the fills in progress;
-        # when only other processes' copies stand in the way, it waits ``wait_s`` (0: a
-        # dataset not streamed pins its copies for its life, waiting is in vain).
+        # when only other processes' copies stand in the way, it waits ``wait_s`` (0 for a
+        # read: a dataset not streamed pins its copies for its life, waiting is in vain;
+        # a hold or an index waits for the other ranks' short pins).
         with _RETRY_LOCK:
             start = time.monotonic()
             while True:
@@ -293,7 +294,11 @@ class PlainCopy:
                 time.sleep(_POLL_S)
 
     def _no_room(self, exc: CacheFull) -> str:
-        return _no_room(exc, self.packed)
+        if exc.over_bound:
+            of = "" if self.packed is None else f" (from {self.packed} compressed bytes)"
+            return f"its decompressed copy is over {exc.bound} bytes{of}, the node cache's bound: {bound_hint()}"
+        return (f"the node cache has no room for its decompressed copy ({exc.needed} bytes so far; bound "
+                f"{exc.bound} bytes, the rest held by copies in use by this or other processes): {bound_hint()}")
 
     def _fill(self, copy: Callable[[GrowingFill], None]) -> int:
         self._filling = True
@@ -338,14 +343,6 @@ def release_idle(cache: ShardCache, but: PlainCopy | None = None) -> bool:
 def _close_fd(box: list) -> None:
     if box[0] is not None:
         os.close(box[0])
-
-
-def _no_room(exc: CacheFull, packed: int | None) -> str:
-    if exc.over_bound:
-        of = "" if packed is None else f" (from {packed} compressed bytes)"
-        return f"its decompressed copy is over {exc.bound} bytes{of}, the node cache's bound: {bound_hint()}"
-    return (f"the node cache has no room for its decompressed copy ({exc.needed} bytes so far; bound "
-            f"{exc.bound} bytes, the rest held by copies in use by this or other processes): {bound_hint()}")
 
 
 def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int | None = None) -> PlainCopy:
