@@ -38,14 +38,12 @@ def shard_bytes(dataset: Dataset) -> np.ndarray:
     """Bytes of each source: a compressed shard's decompressed copy (what the node cache
     holds of it), an ``s3://`` object's size, a local file's size as it was indexed (its
     declared ``file``), else the sum of its samples' sizes."""
-    from ..io.local.tar import TarSource
     from ..io.s3.shards import S3TarSource
 
     sizes = []
     for src in dataset.sources:
-        plain = src.plain if isinstance(src, (TarSource, S3TarSource)) else None
-        if plain is not None and plain.size is not None:
-            sizes.append(int(plain.size))
+        if src.plain is not None and src.plain.size is not None:
+            sizes.append(int(src.plain.size))
         elif isinstance(src, S3TarSource):
             sizes.append(int(src.info.size))
         elif src.file is not None:
