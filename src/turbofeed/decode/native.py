@@ -146,23 +146,6 @@ def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence
           dct_scale=dct_scale, check_scan=check_scan)
 
 
-def check(data: bytes | bytearray | memoryview | np.ndarray, *,
-          max_pixels: int | None | DefaultLimit = DEFAULT) -> None:
-    """Check a JPEG's entropy-coded data without decoding its pixels (every bit of the
-    scan Huffman-decoded; about 2/3 of a full decode's time on ImageNet-like JPEGs).
-
-    Damage is what libjpeg reports as corrupt data inside or after a scan (a premature
-    end of the data segment, a bad Huffman code, bytes a scan left unused) or a premature
-    end of the file. Warnings about the header before the first scan (junk bytes before
-    a marker, an unknown JFIF revision, a bad ICC chunk) are not: such images decode.
-
-    Raises:
-        ImageTooLarge: more pixels than ``max_pixels`` (from the header, before any work).
-        ValueError: damaged, or not a JPEG, with libjpeg's message.
-    """
-    _crop.check(data, max_pixels=resolve(max_pixels) or 0)
-
-
 def resize(pixels: np.ndarray, box: Sequence[float], out: np.ndarray, *, flip: bool = False,
            channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
            factor: Sequence[float] | np.ndarray | None = None,
