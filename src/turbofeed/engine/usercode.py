@@ -59,3 +59,15 @@ def routed(error: UserCodeError, user_errors: str, work: SampleWork, gid: int) -
     if user_errors == "bad_sample":
         return work.error(gid, "augment", ValueError(f"{error.callable_name}: {error.reason}"))
     return error
+
+
+def call_on_batch(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` for a batch-level callable (``collate``, ``batch_transform``): what it
+    raises, or a None it returns, becomes the :class:`UserCodeError` that stops the pass."""
+    try:
+        out = fn(*args)
+    except Exception as exc:
+        raise raised(name, exc) from exc
+    if out is None:
+        raise returned(name, out, "a batch")
+    return out

@@ -20,7 +20,7 @@ from ..engine.run import BatchStage, Engine
 from ..engine.slots import Slot
 from ..engine.stages import HostBatch, StageInfo, chw_with_label
 from ..engine.stream import Job
-from ..engine.usercode import name_of, raised, returned
+from ..engine.usercode import call_on_batch, name_of
 from ..engine.work import SampleWork
 from .collate import collate, field_batch
 from .device import CudaDelivery, apply_output
@@ -228,12 +228,8 @@ class _BatchTransform:
         self.name = name_of("batch_transform", fn)
 
     def __call__(self, job: Job, value: Any) -> Any:
-        try:
-            out = self.fn(value) if isinstance(value, dict) else self.fn(*value)
-        except Exception as exc:  # a bug, not bad data: the pass stops (engine.usercode)
-            raise raised(self.name, exc) from exc
-        if out is None:
-            raise returned(self.name, out, "a batch")
+        # a bug in it is not bad data: the pass stops (engine.usercode)
+        out = call_on_batch(self.name, self.fn, *([value] if isinstance(value, dict) else value))
         if isinstance(value, dict) or (isinstance(out, tuple) and len(out) == 2):
             return out  # general samples: the whole dict batch in, one out
         return out, value[1]
@@ -256,12 +252,5 @@ class _FieldsDeliver:
         if self.collate is not None:  # the user's: whole samples in, the batch out
             samples = [{**({} if image is None else {"image": image[i]}), **found, "__key__": key, "__url__": url}
                        for i, (found, (url, key)) in enumerate(zip(fields, described))]
-            name = name_of("collate", self.collate)
-            try:
-                batch = self.collate(samples)
-            except Exception as exc:  # a bug, not bad data: the pass stops (engine.usercode)
-                raise raised(name, exc) from exc
-            if batch is None:
-                raise returned(name, batch, "a batch")
-            return batch
+            return call_on_batch(name_of("collate", self.collate), self.collate, samples)
         return field_batch(self.names, image, fields, described)
