@@ -16,7 +16,10 @@
 # gpu_block.md (the <!-- gpu:begin --> block for bench/RESULTS.md:
 # `python bench/gpu_check.py --record DIR/gpu_block.md` puts it there).
 #
-# Usage: scripts/gpu_check.sh [--out DIR] [--only tests|bench] [--dry-run] [--wheels DIR]
+#   profile  (only when --only names it) bench/gpu_profile.py: where the GPU loader's time goes
+#            and which device memory stays from epoch to epoch (gpu_profile.json, .txt)
+#
+# Usage: scripts/gpu_check.sh [--out DIR] [--only tests|bench|profile[,...]] [--dry-run] [--wheels DIR]
 #                             [--work DIR] [--count N]
 #   --dry-run   every step on the CPU: the wheels are only resolved for CPython 3.12 (pip
 #               --dry-run), the environment here is used, tiny data, the CPU stand-in
@@ -38,7 +41,7 @@ WORK=${TMPDIR:-/tmp}/turbofeed-gpu-check
 ONLY=""
 DRY=0
 COUNT=""
-usage() { echo "usage: scripts/gpu_check.sh [--out DIR] [--only tests|bench] [--dry-run] [--wheels DIR] [--work DIR] [--count N]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu_check.sh [--out DIR] [--only tests|bench|profile[,...]] [--dry-run] [--wheels DIR] [--work DIR] [--count N]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
@@ -46,7 +49,7 @@ while [ $# -gt 0 ]; do
         --work) [ $# -ge 2 ] || usage; WORK=$2; shift 2 ;;
         --count) [ $# -ge 2 ] || usage; COUNT=$2; shift 2 ;;
         --only) [ $# -ge 2 ] || usage; ONLY=$2; shift 2
-                case "$ONLY" in tests|bench) ;; *) usage ;; esac ;;
+                for part in ${ONLY//,/ }; do case "$part" in tests|bench|profile) ;; *) usage ;; esac; done ;;
         --dry-run) DRY=1; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) usage ;;
@@ -200,14 +203,26 @@ do_bench() {
     (cd "$ROOT" && PYTHONUNBUFFERED=1 timeout --kill-after=10 "$budget" "$PY" bench/gpu_check.py "${args[@]}")
 }
 
+do_profile() {
+    (cd "$ROOT" && PYTHONUNBUFFERED=1 timeout --kill-after=10 "${GPU_CHECK_PROFILE_BUDGET:-150}" "$PY" \
+        bench/gpu_profile.py --data "$WORK/data" --out "$OUT" ${GPU_PROFILE_STEPS:+--steps "$GPU_PROFILE_STEPS"})
+}
+
+wants() {  # wants PART: no --only, or --only names PART
+    [ -z "$ONLY" ] && [ "$1" != profile ] && return 0
+    case ",$ONLY," in *",$1,"*) return 0 ;; esac
+    return 1
+}
+
 main() {
     echo "gpu_check.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): root $ROOT, out $OUT, work $WORK, wheels $WHEELS," \
          "$([ "$DRY" = 1 ] && echo "DRY RUN on the CPU" || echo "GPU run"), only: ${ONLY:-everything}"
     step install do_install
-    step env do_env
-    if [ "$ONLY" != tests ]; then step data do_data; fi
-    if [ "$ONLY" != bench ]; then step tests do_tests; fi
-    if [ "$ONLY" != tests ]; then step bench do_bench; fi
+    if [ -z "$ONLY" ] || wants tests || wants bench; then step env do_env; fi
+    if wants bench || wants profile; then step data do_data; fi
+    if wants tests; then step tests do_tests; fi
+    if wants profile; then step profile do_profile; fi
+    if wants bench; then step bench do_bench; fi
     echo; echo "=== summary ($SECONDS s)"; printf '%s\n' "${RESULTS[@]}"
     [ -f "$OUT/gpu_block.md" ] && echo "block for bench/RESULTS.md: $OUT/gpu_block.md"
     return $FAILED

@@ -91,6 +91,13 @@ def _shared_library(path, tmp_path) -> None:
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True, timeout=120)
 
 
+def _path(src: str, site: object) -> str:
+    """The child's PYTHONPATH: this checkout and the stand-in package first, then whatever
+    the parent had (where turbofeed's own dependencies may be: the GPU check installs
+    them into a folder on PYTHONPATH, and a child without it cannot import turbofeed)."""
+    return os.pathsep.join([src, str(site), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
 @pytest.mark.parametrize("layout", ["cu13", "cufile"])
 def test_libcufile_of_the_cuda_13_wheel_is_found(tmp_path, layout):
     """CUDA 13's nvidia-cufile wheel puts it in nvidia/cu13/lib, CUDA 12's in nvidia/cufile/lib.
@@ -99,7 +106,7 @@ def test_libcufile_of_the_cuda_13_wheel_is_found(tmp_path, layout):
     _shared_library(lib, tmp_path)
     code = "from turbofeed.gds.status import _find_libcufile; print(_find_libcufile())"
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(tmp_path / "site")]), "LD_LIBRARY_PATH": ""}
+    env = {**os.environ, "PYTHONPATH": _path(src, tmp_path / "site"), "LD_LIBRARY_PATH": ""}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     found = done.stdout.strip()
@@ -123,7 +130,7 @@ def test_compat_mode_is_read_from_kvikio_26s_defaults_submodule(tmp_path):
         "def is_compat_mode_preferred():\n    return True\n")
     code = "import json; from turbofeed.gds import probe; print(json.dumps(probe().__dict__, default=str))"
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(tmp_path / "site")])}
+    env = {**os.environ, "PYTHONPATH": _path(src, tmp_path / "site")}
     env.pop("KVIKIO_COMPAT_MODE", None)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr

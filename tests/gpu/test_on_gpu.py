@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import tarfile
 
 import numpy as np
@@ -20,6 +21,11 @@ from turbofeed.torch.multi_gpu import MultiGpuTransfer
 if find_backend()[0] is None:
     pytest.skip(f"no GPU decoder: {find_backend()[1]}", allow_module_level=True)
 
+# nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's: on an H100 (torchvision 0.26,
+# CUDA 13) the mean difference of an ImageNet-like photo was 1.75 levels of 255. A wrong
+# decode (another image, swapped channels, grey) is tens of levels off.
+NVJPEG_MEAN_DIFF = 2.5
+
 
 def test_batched_nvjpeg_matches_libjpeg_turbo(shard_paths):
     with tarfile.open(shard_paths[0]) as tar:
@@ -28,8 +34,7 @@ def test_batched_nvjpeg_matches_libjpeg_turbo(shard_paths):
     for data, image in zip(datas, decoded):
         ref = decode(data).transpose(2, 0, 1)
         assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
-        # nvJPEG's IDCT and upsampling differ slightly from libjpeg-turbo's.
-        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < 1.5
+        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < NVJPEG_MEAN_DIFF
 
 
 def test_empty_and_rubbish_data_come_back_none_and_the_rest_decode(shard_paths):
@@ -60,7 +65,7 @@ def test_each_installed_backend_starts_and_decodes(shard_paths, backend):
     for data, image in zip(datas, images):
         ref = decode(data).transpose(2, 0, 1)
         assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
-        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < 1.5
+        assert np.abs(image.cpu().numpy().astype(int) - ref).mean() < NVJPEG_MEAN_DIFF
 
 
 def test_cmyk_is_decoded_on_the_cpu(odd_images, tmp_path, tar_writer):
@@ -106,14 +111,17 @@ def test_pipeline_decodes_on_the_gpu(shards):
 
 
 def test_memory_does_not_grow_over_epochs(shards):
+    """Nothing of an epoch outlives it: the memory held between epochs stays the same. (An
+    epoch's peak depends on which images the shuffle puts together, so peaks are not compared.)"""
     loader = turbofeed.DataLoader(shards, batch_size=16, gpu_decode=True, transform=T.imagenet_train(64))
-    peaks = []
-    for epoch in range(3):
-        torch.cuda.reset_peak_memory_stats()
+    held = []
+    for epoch in range(4):
         for _ in loader:
             pass
-        peaks.append(torch.cuda.max_memory_allocated())
-    assert peaks[2] <= peaks[1] * 1.1
+        torch.cuda.synchronize()
+        gc.collect()
+        held.append(torch.cuda.memory_allocated())
+    assert held[3] <= held[1] + 2**20, [f"{h / 2**20:.1f} MiB" for h in held]
 
 
 def test_peer_copies():

@@ -19,7 +19,7 @@ import torch
 from ..decode.orientation import upright_chw
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch
+from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch, side_stream
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -77,7 +77,7 @@ class GpuDecode:
         self.stacked = stacked
         self.channels_last = channels_last
         self.device = torch.device(decoder.device)
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.stream = side_stream(self.device) if self.device.type == "cuda" else None
 
     # -- worker side -------------------------------------------------------------------
     def acquire(self) -> list[Any]:

@@ -8,6 +8,7 @@ fallback per rejected image through the bad-sample policy) and :func:`resize_bat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -25,6 +26,26 @@ from ..plan import EpochPlan
 from ..transforms import Compose, Window
 from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop, window_tensors
 from ..transforms.output import OutputSpec
+
+
+_STREAMS: dict[torch.device, Any] = {}
+_STREAMS_LOCK = threading.Lock()
+
+
+def side_stream(device: torch.device) -> Any:
+    """The process's one side stream on CUDA ``device`` for loader work (decode, resize,
+    host-to-device copies); ``device`` names its index.
+
+    PyTorch's caching allocator keeps a freed block for the stream it was allocated on. A
+    new stream per pass left each epoch's cached blocks unusable to the next: on an H100,
+    2 GiB more reserved and 32 MiB more allocated after every epoch of the GPU loader. One
+    stream per device, for the life of the process, reuses them.
+    """
+    with _STREAMS_LOCK:
+        stream = _STREAMS.get(device)
+        if stream is None:
+            stream = _STREAMS[device] = torch.cuda.Stream(device)
+        return stream
 
 
 def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -44,9 +44,13 @@ class CudaDelivery:
     def __init__(self, device: Any) -> None:
         import torch
 
+        from ..engine.gpu import side_stream
+
         self.torch = torch
         self.device = torch.device(device)
-        self.stream = torch.cuda.Stream(device=self.device)
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.stream = side_stream(self.device)  # one per device: a new one per epoch strands cached memory
 
     def copy(self, images: Any, labels: Any, output: OutputSpec | None) -> tuple[Any, Any, Any]:
         torch = self.torch
