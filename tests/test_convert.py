@@ -54,7 +54,7 @@ def test_parquet_to_tar_keys_are_row_numbers(fixed_images, array_dataset, tmp_pa
     assert [int(m["cls"]) for _, m in samples] == fixed_images["labels"]
 
 
-def test_class_names_survive_as_txt(tmp_path, fixed_images):
+def test_class_names_survive_as_json_labels(tmp_path, fixed_images):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     src = str(tmp_path / "names.parquet")
@@ -64,7 +64,7 @@ def test_class_names_survive_as_txt(tmp_path, fixed_images):
     to_tar(src, dst, progress=False)
     samples = dict(_tar_samples(dst))
     assert set(samples) == {"a.b/c_d", "x", "y"}  # a dot in the name would split key from extension
-    assert samples["x"]["txt"] == b"cat"
+    assert json.loads(samples["x"]["json"]) == {"label": "cat"}  # a .txt name would read as a caption
     assert Dataset(dst).class_names == ["cat", "dog"]
 
 

@@ -2,7 +2,7 @@
 under a final name.
 
 * ``to_tar``: any dataset of encoded images (ImageFolder, Parquet, HDF5/Zarr of bytes,
-  tar) to WebDataset shards ``shard-%06d.tar`` (``KEY.<ext>`` + ``KEY.cls``/``KEY.txt``),
+  tar) to WebDataset shards ``shard-%06d.tar`` (``KEY.<ext>`` + ``KEY.cls`` or ``KEY.json`` ``{"label": name}``),
   their turbofeed index built, and a ``index.json`` shard list (wids format).
 * ``to_npy``: any dataset to ``images.npy`` (N, size, size, 3) uint8, resized (shorter
   side to ``size``) and centre-cropped, plus ``labels.npy`` and ``keys.npy``, for
@@ -177,8 +177,8 @@ def _write_sample(ds: Dataset, gid: int, key: str, writer: ShardWriter) -> bool:
         log.warning("turbofeed: convert: leaving out %s/%s: %s", source.path, source.table.keys[i], exc)
         return False
     label = source.table.labels[i]
-    if isinstance(label, str):
-        members["txt"] = label.encode("utf-8")
+    if isinstance(label, str):  # not .txt: a .txt that is not an integer is a caption (io.labels)
+        members["json"] = json.dumps({"label": label}).encode("utf-8")
     elif label is not None:
         members["cls"] = str(int(label)).encode()
     writer.write(key, members)

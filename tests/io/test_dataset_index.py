@@ -126,7 +126,7 @@ def test_class_names_and_mixed_labels(tmp_path):
     data.mkdir()
     for s, names in enumerate([["cat", "dog"], ["emu", "cat"]]):
         write_tar(str(data / f"n-{s}.tar"), [m for i, n in enumerate(names)
-                                             for m in _sample(f"k{s}{i}", n.encode(), "txt", seed=i)])
+                                             for m in _sample(f"k{s}{i}", json.dumps({"label": n}).encode(), "json", seed=i)])
     build_index(str(data), progress=False)
     _same(Dataset(str(data)), Dataset(str(data), index=False))
     assert Dataset(str(data)).class_names == ["cat", "dog", "emu"]

@@ -16,9 +16,11 @@ from turbofeed.io import Dataset
 
 
 def _named(path, names: list[str], ext: str = "txt") -> str:
+    """A shard of one jpg and one label member per name (``json``: ``{"label": name}``)."""
     members = []
     for i, name in enumerate(names):
-        members += [(f"{i:04d}.jpg", small_jpeg(i)), (f"{i:04d}.{ext}", name.encode())]
+        payload = json.dumps({"label": name}) if ext == "json" else name
+        members += [(f"{i:04d}.jpg", small_jpeg(i)), (f"{i:04d}.{ext}", payload.encode())]
     return write_tar(path, members)
 
 
@@ -50,7 +52,7 @@ def test_explicit_classes_give_the_same_ids_to_train_and_val(tmp_path):
 
 
 def test_ids_from_the_names_present_come_with_a_warning(tmp_path, caplog):
-    val = _named(tmp_path / "val.tar", ["emu", "dog"])
+    val = _named(tmp_path / "val.tar", ["emu", "dog"], ext="json")
     ds = Dataset(val)
     assert ds.class_names == ["dog", "emu"] and ds.labels.tolist() == [1, 0]
     assert any("classes=" in r.getMessage() and "2 class names found" in r.getMessage() for r in caplog.records)
@@ -70,9 +72,9 @@ def test_a_name_not_in_classes_is_an_error_naming_the_sample(tmp_path):
 
 
 def test_integer_and_name_labels_never_collide(tmp_path):
-    """``1.cls`` = 1 and ``dog.txt`` sorted to id 1 would be one class in the batch."""
+    """``1.cls`` = 1 and a JSON ``"dog"`` sorted to id 1 would be one class in the batch."""
     ints = _named(tmp_path / "a.tar", ["0", "1"], ext="cls")
-    names = _named(tmp_path / "b.tar", ["cat", "dog"])
+    names = _named(tmp_path / "b.tar", ["cat", "dog"], ext="json")
     with pytest.raises(turbofeed.DatasetError, match="mixes integer labels .* and class names"):
         Dataset([ints, names])
     ds = Dataset([ints, names], classes=["x", "y", "cat", "dog"])

@@ -4,11 +4,15 @@ sample, and the class names behind the ids.
 ==========================  ===========================================================
 labels in the data          ids
 ==========================  ===========================================================
-integers only (``.cls``)    the integers; no class names
-class names (``.txt``,      ``classes.index(name)`` with ``classes=[...]``; without it
-JSON strings, folders)      the position in the sorted names found, with a warning:
-                            another split holding other names would number them
-                            differently (train and val would disagree)
+integers only (``.cls``,    the integers; no class names
+``.txt``, JSON)
+class names (JSON strings,  ``classes.index(name)`` with ``classes=[...]``; without it
+folders; ``.txt`` with      the position in the sorted names found, with a warning:
+``classes`` or beside an    another split holding other names would number them
+ImageFolder tree)           differently (train and val would disagree)
+``.txt`` text that is not   ``-1`` without ``classes`` (and no ImageFolder tree): it is
+an integer                  a caption (CLIP/LAION ``jpg`` + ``txt`` shards), not a
+                            class; one warning shows the ``fields=`` line that loads it
 integers and names mixed    an error unless ``classes`` is given (ids would collide)
 none (or JSON metadata      ``-1``: the sample is delivered, never dropped for lacking
 without a label field)      a label
@@ -23,8 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import DatasetError
-from .columns import INT, NAME, LabelArrays, label_arrays
+from .columns import INT, NAME, NONE, LabelArrays, label_arrays
 from .source import Source
+from .table import IMAGE_EXTENSIONS
 
 log = logging.getLogger("turbofeed")
 
@@ -45,6 +50,11 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
     # sources whose labels are ids into their own class names already (ImageFolder trees)
     folders = [(s, s.classes) for s in sources if s.classes]
     others = [p for s, p in zip(sources, parts) if s.classes is None]
+    if classes is None and not folders:
+        taken = [_captions_unlabelled(s, p) for s, p in zip(sources, parts)]
+        parts = [p for p, _ in taken]
+        _warn_captions([(s, p, rows) for s, (p, rows) in zip(sources, taken) if len(rows)])
+        others = [p for s, p in zip(sources, parts) if s.classes is None]
     if classes is not None:
         ids = {name: i for i, name in enumerate(classes)}
         _check_known(sources, parts, ids)
@@ -72,6 +82,48 @@ def label_ids(sources: Sequence[Source], classes: list[str] | None) -> tuple[np.
                 "number them differently: pass classes=[...] (e.g. this loader's class_names) to fix "
                 "them", len(names), ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
     return _numbered(parts, {name: i for i, name in enumerate(names)}), names
+
+
+def _captions_unlabelled(source: Source, p: LabelArrays) -> tuple[LabelArrays, np.ndarray]:
+    """``p`` without the class names read from a ``.txt`` member, and the rows taken out:
+    without ``classes`` a ``.txt`` is a label only when it holds an integer. A name came
+    from the ``.txt`` when the sample has one (the label member is ``.cls``, else
+    ``.txt``, else ``.json``, and a ``.cls`` is always an integer). Numpy work per table,
+    no Python per sample; the table's own arrays (a memory-mapped index) are not changed."""
+    named = p.kind == NAME
+    table = source.table
+    none = np.zeros(0, np.int64)
+    if not named.any() or not table.has_members or "txt" not in table.member_exts:
+        return p, none
+    # the .txt members (positions may be the whole dataset index's: this table's are a slice)
+    first, end = int(table.member_start[0]), int(table.member_start[-1])
+    rows = first + np.flatnonzero(table.member_ext[first:end] == table.member_exts.index("txt"))
+    has_txt = np.zeros(len(p.kind), bool)
+    has_txt[np.searchsorted(table.member_start, rows, side="right") - 1] = True
+    caption = np.flatnonzero(named & has_txt)
+    if not len(caption):
+        return p, none
+    kind = p.kind.copy()
+    kind[caption] = NONE  # an unlabelled sample
+    return LabelArrays(kind, p.value, p.names), caption
+
+
+def _warn_captions(found: list[tuple[Source, LabelArrays, np.ndarray]]) -> None:
+    """One warning for the ``.txt`` texts taken as captions: how many, an example, and
+    the ``fields=`` line that loads them."""
+    if not found:
+        return
+    s, p, rows = found[0]
+    row = int(rows[0])
+    text = p.names[int(p.value[row])]
+    exts = {e for src, _, _ in found for e in src.table.member_exts}
+    images = ";".join(e for e in IMAGE_EXTENSIONS if e in exts) or "jpg;png;webp"
+    meta = ', "meta": "json?"' if "json" in exts else ""
+    log.warning("turbofeed: %d samples have a .txt member that is not an integer (e.g. %r in %s/%s): the data "
+                "looks like captions, so these samples are unlabelled (label -1); to load the captions, ask "
+                "for fields: DataLoader(..., fields={\"image\": \"%s\", \"caption\": \"txt\"%s}); if they "
+                "are class names, pass classes=[...]", sum(len(r) for _, _, r in found),
+                text[:60], s.path, s.table.keys[row], images, meta)
 
 
 def _names_used(p: LabelArrays) -> list[str]:

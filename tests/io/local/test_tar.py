@@ -94,15 +94,18 @@ def test_keys_with_directory_prefixes_group_like_webdataset(tmp_path, tar_writer
 
 
 def test_txt_class_names_and_json_labels_through_dataset(tmp_path, tar_writer, odd_images):
-    """Class names (.txt, JSON strings) become ids in sorted name order; integer labels
-    (.cls, .txt, JSON int or {"label": ...}) stay as they are; no label gives -1."""
+    """Class names (JSON strings; .txt ones only with classes=, else a .txt text is a
+    caption: -1) become ids in sorted name order; integer labels (.cls, .txt, JSON int or
+    {"label": ...}) stay as they are; no label gives -1."""
     jpg = odd_images["rgb"]
     names = tar_writer(str(tmp_path / "names.tar"), [
         ("a.jpg", jpg), ("a.txt", b"dog\n"), ("b.jpg", jpg), ("b.txt", b"cat"),
         ("c.jpg", jpg), ("c.json", b'{"label": "emu"}'), ("d.jpg", jpg), ("d.json", b'"cat"'),
     ])
     ds = Dataset(names)
-    assert ds.class_names == ["cat", "dog", "emu"]
+    assert ds.class_names == ["cat", "emu"]
+    assert ds.labels.tolist() == [-1, -1, 1, 0]
+    ds = Dataset(names, classes=["cat", "dog", "emu"])
     assert ds.labels.tolist() == [1, 0, 2, 0]
     ints = tar_writer(str(tmp_path / "ints.tar"), [
         ("a.jpg", jpg), ("a.cls", b"7"), ("b.jpg", jpg), ("b.txt", b" 9\n"), ("c.jpg", jpg),
