@@ -50,16 +50,25 @@ def test_break_out_of_the_loop_stops_the_threads(shards):
     assert wait_for_no_threads() == []
 
 
-def test_new_iteration_closes_the_previous_one(shards):
+def test_two_iterators_run_their_own_threads_and_dropping_them_stops_them(shards):
     loader = turbofeed.DataLoader(shards, batch_size=8, num_workers=2, transform=T.imagenet_eval(32))
     first = iter(loader)
     next(first)
-    second = iter(loader)
-    with pytest.raises(RuntimeError, match="superseded"):
-        next(first)
-    assert len(next(second)[0]) == 8
+    second = iter(loader)  # independent, as torch's: the first goes on
+    assert len(next(second)[0]) == 8 and len(next(first)[0]) == 8
+    assert len(turbofeed_threads()) == 4
     del first, second
     assert wait_for_no_threads() == []
+
+
+def test_load_state_dict_closes_the_running_iterators(shards):
+    loader = turbofeed.DataLoader(shards, batch_size=8, num_workers=2, transform=T.imagenet_eval(32))
+    first, second = iter(loader), iter(loader)
+    next(first), next(second)
+    loader.load_state_dict(loader.state_dict())
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(first)
+    assert wait_for_no_threads() == []  # both closed, though still referenced
 
 
 def test_a_worker_exception_reaches_the_caller_and_stops_threads(tmp_path, odd_images, tar_writer):

@@ -48,20 +48,24 @@ class Engine:
         decode: the decode stage chosen for this pass.
         policy: the pass's bad-sample policy (shared by the stages).
         then: the batch stages after decode, in order.
-        num_workers, prefetch: threads, and batches in flight.
+        num_workers, prefetch: threads (0: the per-sample half runs in the consumer's
+            thread, batch by batch), and batches in flight.
+        timeout: seconds one batch's per-sample half may take (0: no limit); longer
+            raises :class:`TimeoutError` and the pass stops.
         fetch: a fetch stage working ahead of the reads, told after each batch that
             the batch's positions are read.
     """
 
     def __init__(self, plan: EpochPlan, decode: DecodeStage, policy: PassPolicy, *,
                  then: Sequence[BatchStage] = (), num_workers: int = 4, prefetch: int = 2,
-                 start: int = 0, fetch: FetchAhead | None = None) -> None:
+                 start: int = 0, fetch: FetchAhead | None = None, timeout: float = 0) -> None:
         self.decode = decode
         self.then = list(then)
         self.fetch = fetch
         if fetch is not None:  # dropped without close() (break, garbage): its pins go too
             weakref.finalize(self, fetch.close)
-        self.stream = BatchStream(plan, decode, policy, start=start, num_workers=num_workers, prefetch=prefetch)
+        self.stream = BatchStream(plan, decode, policy, start=start, num_workers=num_workers, prefetch=prefetch,
+                                  timeout=timeout)
 
     @property
     def stages(self) -> list[StageInfo]:

@@ -39,6 +39,7 @@ class Job:
         self._remaining = len(positions)
         self._lock = threading.Lock()
         self.done = threading.Event()
+        self.submitted = 0.0  # perf_counter when filled in the caller's thread began (no threads)
 
     def fail(self, error: BaseException, j: int) -> None:
         """Position ``j`` failed: the batch raises the error of its first failed position,
@@ -156,12 +157,16 @@ class BatchStream:
             whatever else handles this pass's samples), or an :class:`ErrorPolicy`, for
             which the stream makes one.
         start: first batch to produce (resume).
-        num_workers: worker threads.
+        num_workers: worker threads; 0: none, each batch is filled in the caller's
+            thread when it asks for it (``torch.utils.data.DataLoader(num_workers=0)``),
+            nothing ahead (``prefetch`` does not apply).
         prefetch: batches in flight.
+        timeout: seconds a batch may take (waiting for the threads, or filling it in
+            the caller's thread); 0: no limit. Longer raises :class:`TimeoutError`.
     """
 
     def __init__(self, plan: EpochPlan, stage: SampleStage, policy: ErrorPolicy | PassPolicy,
-                 *, start: int = 0, num_workers: int = 4, prefetch: int = 2) -> None:
+                 *, start: int = 0, num_workers: int = 4, prefetch: int = 2, timeout: float = 0) -> None:
         if isinstance(policy, ErrorPolicy):
             policy = policy.for_pass()
         self._plan = plan
@@ -169,7 +174,8 @@ class BatchStream:
         self._stats = policy.stats
         self._next = start
         self._end = len(plan)
-        self._prefetch = max(1, prefetch)
+        self._prefetch = max(1, prefetch) if num_workers else 1
+        self._timeout = timeout
         self._inflight: deque[Job] = deque()
         self._pool: Executor | None = None
         self._runner: _Runner | None = None
@@ -177,6 +183,7 @@ class BatchStream:
         self.finished = False  # True once every batch was delivered (not merely closed)
         if self._next < self._end:
             runner = self._runner = _Runner(plan, stage.fill, policy)
+        if self._next < self._end and num_workers:
             self._pool = Executor(num_workers, stage.info.name)
             # Break, Ctrl-C or garbage collection: threads stop without the caller asking.
             self._finalizer = weakref.finalize(self, _shutdown, runner, self._pool)
@@ -201,21 +208,38 @@ class BatchStream:
             raise StopIteration
         job = self._inflight[0]
         started = time.perf_counter()
+        if self._pool is None:  # no threads: the batch was filled in this thread by _submit
+            started = job.submitted
         while not job.done.wait(_POLL_S):
             if self._pool is None or not self._pool.alive():
                 raise RuntimeError("turbofeed: worker threads stopped before the batch was done")
-        self._stats.add_times(wait=time.perf_counter() - started)
+            if self._timeout and time.perf_counter() - started > self._timeout:
+                raise self._timed_out(job)
+        waited = time.perf_counter() - started
+        if self._timeout and waited > self._timeout:
+            raise self._timed_out(job)
+        self._stats.add_times(wait=waited)
         self._inflight.popleft()
         if job.error is not None:
             raise job.error
         return job
+
+    def _timed_out(self, job: Job) -> TimeoutError:
+        return TimeoutError(f"turbofeed: batch {job.index} of the pass took longer than timeout={self._timeout} s "
+                            f"({len(job)} samples, {'in the calling thread' if self._pool is None else 'on the threads'}); "
+                            "the pass is stopped: look for slow storage or a slow transform, or raise timeout=")
 
     def _submit(self, index: int) -> None:
         positions = self._plan.batch_positions(index)
         job = Job(index, positions, self._acquire())
         self._inflight.append(job)
         pool, runner = self._pool, self._runner
-        assert pool is not None and runner is not None  # made in __init__ when there was a batch to submit
+        assert runner is not None  # made in __init__ when there was a batch to submit
+        if pool is None:  # num_workers=0: fill it here and now, in order
+            job.submitted = time.perf_counter()
+            for j in range(len(positions)):
+                runner.run(job, j)
+            return
         for j in range(len(positions)):
             pool.post(runner.run, job, j)
 
@@ -224,5 +248,7 @@ class BatchStream:
         self._closed = True
         self._next = self._end
         self._inflight.clear()
+        if self._runner is not None:
+            self._runner.stop.set()
         if self._pool is not None:
             self._finalizer()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import torch
 
     from ._iterator import _LoaderIterator
+    from ._torchargs import TorchArgs
     from .loader import DataLoader
 
 _fetching = threading.local()  # the BatchRef torch is fetching on this thread
@@ -158,6 +159,7 @@ class TorchDropIn:
 
     device: torch.device | None  # the host's (declared for type checkers)
     _pinned: bool
+    torch_args: TorchArgs
 
     @functools.cached_property
     def sampler(self) -> EpochSampler:
@@ -188,6 +190,21 @@ class TorchDropIn:
     def persistent_workers(self) -> bool:
         """False: no worker processes to keep."""
         return False
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one batch may take (0: no limit), as given."""
+        return self.torch_args.timeout
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The ``torch.Generator`` given (its initial seed is the loader's ``seed``)."""
+        return self.torch_args.generator
+
+    worker_init_fn = None  # no worker processes
+    multiprocessing_context = None
+    pin_memory_device = ""
+    in_order = True  # batches always come in order
 
     @property
     def pin_memory(self) -> bool:

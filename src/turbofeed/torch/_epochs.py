@@ -3,8 +3,16 @@ runs, where a resumed epoch continues, and the resume state (``state_dict``).
 
 A mixin: the loader holds the fields (``_epoch``, ``_start``, ``_batches_done``,
 ``_batches_base``, ``_resume``, ``_fixed_epoch``, ``_next_epoch``, ``_active``,
-``_iter_lock``) and the plan (``batch_size``, ``world_size``, ``seed``, ``_fingerprint``,
-``dataset``); the passes report to it through ``_advance`` and ``_finish_epoch``.
+``_passes``, ``_iter_lock``) and the plan (``batch_size``, ``world_size``, ``seed``,
+``_fingerprint``, ``dataset``); the passes report to it through ``_advance`` and
+``_finish_epoch``.
+
+Several passes of one loader may be live at once (a train loader reused for validation
+mid-epoch, as torch allows): each keeps its own epoch and position, and the loader's
+position (``state_dict``, the epoch of the next pass) is that of the pass that last
+delivered a batch or started. E.g. train pass A at batch 5 of epoch 0, then a whole
+validation pass B (epoch 1): after B, the state says epoch 2, batch 0; A's next batch
+makes it epoch 0, batch 6 again, and A's end makes it epoch 1, batch 0.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ class EpochBook:
     _fixed_epoch: int | None
     _next_epoch: int
     _active: weakref.ref | None
+    _passes: weakref.WeakSet
     _iter_lock: threading.Lock
 
     def _epoch_samples(self) -> int:
@@ -105,8 +114,8 @@ class EpochBook:
         exactly those an uninterrupted run would have produced. With another world size
         (elastic), the rest of the epoch's global order is split over the new ranks: no
         sample is repeated or lost, only the grouping into batches differs. A running
-        pass of this loader is superseded. Without a later ``set_epoch``, the pass after
-        the resumed one runs the epoch after the state's.
+        pass of this loader is superseded (using it then raises ``RuntimeError``). Without
+        a later ``set_epoch``, the pass after the resumed one runs the epoch after the state's.
 
         The state is bound to the data it was saved on (its ``data`` fingerprint: shard
         names, sample keys, member names and sizes, labels; not paths, so a copy of the
@@ -117,7 +126,6 @@ class EpochBook:
             ValueError: the state was saved on other data (naming the shard that
                 differs), or naming the field that does not match (version, seed, or
                 ``plan`` when shuffle, drop_last or the mixing options changed).
-            RuntimeError: another thread is iterating this loader.
         """
         check_data(state, self.dataset.content_print())
         check_state(state, seed=self.seed, plan=self._fingerprint)
@@ -126,7 +134,7 @@ class EpochBook:
             log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
                      state["epoch"], state["samples_done"], state["world_size"], self.world_size)
         with self._iter_lock:
-            self._retire_active()
+            self._supersede_passes()
             self._epoch = state["epoch"]
             self._start = min(state["samples_done"], self._epoch_samples())
             self._batches_done = 0
@@ -143,45 +151,44 @@ class EpochBook:
 
     def _resume_at(self, batches: int) -> None:
         """The next ``iter(self)`` runs the upcoming epoch from its batch ``batches``, exactly
-        (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate)."""
+        (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate). Other
+        passes go on; none moves the position until that ``iter()``."""
         with self._iter_lock:
-            self._retire_active()
             self._epoch = self._upcoming_epoch()
             self._start = min(self._epoch_samples(), batches * self.batch_size * self.world_size)
             self._batches_done, self._batches_base, self._resume = 0, batches, True
 
-    def _current(self, it: _LoaderIterator) -> bool:
-        return self._active is not None and self._active() is it
+    def _follow(self, it: _LoaderIterator) -> None:
+        """The position is that of pass ``it`` (caller holds ``_iter_lock``)."""
+        self._epoch, self._start, self._batches_base = it.epoch, it.start, it.base
+        self._batches_done = it.delivered
 
     def _advance(self, it: _LoaderIterator) -> None:
-        """Pass ``it`` delivered another batch (so the next pass runs the next epoch)."""
-        if self._current(it):
-            self._batches_done = it.delivered
-            self._next_epoch = it.epoch + 1
+        """Pass ``it`` delivered another batch: the position is its (so the next pass runs
+        the epoch after its), unless a resume waits for the next ``iter()``."""
+        with self._iter_lock:
+            if not self._resume and not it.superseded:
+                self._follow(it)
+                self._next_epoch = it.epoch + 1
 
     def _finish_epoch(self, it: _LoaderIterator) -> None:
-        """Pass ``it`` delivered its whole epoch: the state points at the next one."""
-        if self._current(it):
-            self._epoch = self._next_epoch = it.epoch + 1
-            self._start = self._batches_done = self._batches_base = 0
+        """Pass ``it`` delivered its whole epoch: the position is the next epoch's start."""
+        with self._iter_lock:
+            if not self._resume and not it.superseded:
+                self._epoch = self._next_epoch = it.epoch + 1
+                self._start = self._batches_done = self._batches_base = 0
 
     def _live(self) -> _LoaderIterator | None:
-        """The current pass if it may still yield batches."""
+        """The newest pass if it may still yield batches."""
         it = self._active() if self._active else None
         return it if it is not None and not it.done else None
 
-    def _retire_active(self) -> None:
-        """Make way for a new pass (caller holds ``_iter_lock``): a live pass of this
-        thread, or of a thread that ended, is superseded; one of another live thread
-        is an error (one loader, one consumer)."""
-        it = self._live()
-        if it is None:
-            return
-        me = threading.current_thread()
-        if it.owner is not me and it.owner.is_alive():
-            raise RuntimeError(
-                f"turbofeed: this DataLoader is already being iterated by another thread "
-                f"({it.owner.name!r}) and that pass is not finished; one loader serves one "
-                f"consumer at a time: build a second DataLoader for {me.name!r}, or finish or "
-                f"close() the first iterator")
-        it.supersede()
+    def _live_passes(self) -> list[_LoaderIterator]:
+        """Every pass of this loader that may still yield batches."""
+        return [it for it in list(self._passes) if not it.done]
+
+    def _supersede_passes(self) -> None:
+        """Stop every running pass (caller holds ``_iter_lock``): a resume replaces
+        where they stand; using one afterwards raises."""
+        for it in self._live_passes():
+            it.supersede()

@@ -1,8 +1,9 @@
 """One pass of a :class:`turbofeed.DataLoader` over (the rest of) an epoch.
 
 The loader creates one per ``iter(loader)`` and keeps the epoch bookkeeping; the pass
-reports each delivered batch and the end of its epoch to it, and only while it is the
-loader's current pass (a superseded pass raises instead of yielding anything).
+reports each delivered batch and the end of its epoch to it. Passes of one loader run
+independently, each with its own epoch, position and threads (as torch's iterators);
+``load_state_dict`` supersedes the running ones (they raise instead of yielding).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from .device import CudaDelivery, apply_output
 if TYPE_CHECKING:
     from .loader import DataLoader
 
-SUPERSEDED = ("turbofeed: this DataLoader iterator was superseded by a newer iter(loader) on the same "
-              "loader (each iter() starts a new pass); keep using the newest iterator")
+SUPERSEDED = ("turbofeed: this DataLoader iterator was superseded by load_state_dict() on its loader (the "
+              "next iter(loader) continues at the loaded position); iterate the loader again")
 
 
 class _LoaderIterator:
@@ -44,11 +45,14 @@ class _LoaderIterator:
         epoch: the epoch to run.
         start: samples of the epoch's global order consumed before this pass (non-zero
             only when resuming).
+        base: batches of the epoch delivered before this pass (a resumed state's count).
     """
 
-    def __init__(self, loader: DataLoader, epoch: int, start: int) -> None:
+    def __init__(self, loader: DataLoader, epoch: int, start: int, base: int = 0) -> None:
         self.loader = loader
         self.epoch = epoch
+        self.start = start
+        self.base = base
         self.owner = threading.current_thread()
         self.done = False  # finished, closed or failed: nothing more will come
         self.superseded = False
@@ -88,10 +92,12 @@ class _LoaderIterator:
         if loader.fields is not None:
             deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)
         then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")), deliver_images)]
+        if loader.torch_args.collate_pairs is not None:  # torch's collate_fn, over (image, label) pairs
+            then.append(BatchStage(StageInfo("collate_fn", "batch"), _PairsCollate(loader.torch_args.collate_pairs)))
         if loader.batch_transform is not None:
             then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
         self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
-                             prefetch=loader.prefetch,
+                             prefetch=loader.prefetch, timeout=loader.torch_args.timeout,
                              fetch=fetch_stage(loader.dataset, plan, loader.stream_layout, loader.prefetch))
 
     def __iter__(self) -> "_LoaderIterator":
@@ -233,6 +239,21 @@ class _BatchTransform:
         if isinstance(value, dict) or (isinstance(out, tuple) and len(out) == 2):
             return out  # general samples: the whole dict batch in, one out
         return out, value[1]
+
+
+class _PairsCollate:
+    """torch's ``collate_fn`` on each delivered ``(images, labels)`` batch: it gets the
+    list of ``(image, label)`` pairs a torch map-style dataset would give (each image a
+    view of its row of the batch, each label an int) and returns the batch."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.name = name_of("collate_fn", fn)
+
+    def __call__(self, job: Job, value: tuple[Any, Any]) -> Any:
+        images, labels = value
+        pairs = list(zip(images, labels.tolist()))
+        return call_on_batch(self.name, self.fn, pairs)
 
 
 class _FieldsDeliver:

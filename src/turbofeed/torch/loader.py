@@ -24,6 +24,7 @@ from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
+from ._torchargs import constructor_arguments, rebuild, torch_arguments
 from .device import gpu_available
 from .env import detect
 
@@ -37,7 +38,9 @@ class DataLoader(EpochBook, TorchDropIn):
         data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
             a folder of ``.tar`` shards, or an ImageFolder root.
         batch_size: samples per batch.
-        num_workers: worker threads (decode and resize release the GIL).
+        num_workers: worker threads (decode and resize release the GIL); 0: no threads,
+            each batch is read and decoded in the consumer's thread when asked for, as
+            torch's ``num_workers=0`` (nothing decoded ahead).
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
         seed: the seed of the order and of the random augmentations.
         drop_last: drop the last partial batch (and, distributed, the uneven tail).
@@ -141,9 +144,19 @@ class DataLoader(EpochBook, TorchDropIn):
             window onto the stored pixels and turns only its output (within 1 level of
             Pillow's resize of the turned image); the GPU path turns each decoded image.
 
+    torch's own arguments are accepted by their torch names (``dataset=``, ``collate_fn``,
+    ``timeout``, ``generator``, ``prefetch_factor``, ``persistent_workers``, ``in_order``,
+    ``pin_memory_device``), or refused with a one-line reason saying what to use instead
+    (``sampler``, ``batch_sampler``, ``worker_init_fn``, ``multiprocessing_context``, a
+    torch ``Dataset`` object): :mod:`turbofeed.torch._torchargs` has the table.
+    ``collate_fn`` gets each batch's ``(image, label)`` pairs (labels as ints);
+    ``timeout`` (seconds) raises ``TimeoutError`` for a batch that takes longer.
+
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
     ``num_workers`` (0 processes; threads: ``num_threads``)...: :class:`~turbofeed.torch._compat.TorchDropIn`.
+    Two iterators of one loader run independently (a train loader reused for
+    validation mid-epoch), and a loader pickles and deep-copies as its configuration.
 
     Example::
 
@@ -155,7 +168,7 @@ class DataLoader(EpochBook, TorchDropIn):
                 ...
     """
 
-    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
+    def __init__(self, data: PathSpec | None = None, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
                  *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
                  enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
@@ -169,10 +182,25 @@ class DataLoader(EpochBook, TorchDropIn):
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
                  apply_exif_orientation: bool = False,
-                 index: str | os.PathLike | bool | None = None) -> None:
+                 index: str | os.PathLike | bool | None = None,
+                 # torch.utils.data.DataLoader's own arguments: torch/_torchargs.py says what each comes to
+                 dataset: PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 collate_fn: Callable[[list], Any] | None = None, timeout: float = 0, worker_init_fn: Any = None,
+                 multiprocessing_context: Any = None, generator: torch.Generator | None = None,
+                 prefetch_factor: int | None = None, persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True) -> None:
+        self._arguments = constructor_arguments(locals())  # what a copy is rebuilt from (pickle, deepcopy)
+        self.torch_args = torch_arguments(
+            data, batch_size, dataset=dataset, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+            collate=collate, fields=fields, timeout=timeout, worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context, generator=generator, seed=seed,
+            prefetch_factor=prefetch_factor, prefetch=prefetch, persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device, in_order=in_order)
+        data, seed, prefetch, collate = (self.torch_args.data, self.torch_args.seed, self.torch_args.prefetch,
+                                         self.torch_args.collate)
         self.apply_exif_orientation = apply_exif_orientation
-        if batch_size < 1 or num_workers < 1:
-            raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
         self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
@@ -229,7 +257,8 @@ class DataLoader(EpochBook, TorchDropIn):
         self._next_epoch = 0  # the epoch of the next pass without set_epoch
         self._iter_lock = threading.Lock()
         self._fingerprint = self._plan_fingerprint()
-        self._active: weakref.ref | None = None
+        self._active: weakref.ref | None = None  # the newest pass
+        self._passes: weakref.WeakSet = weakref.WeakSet()  # every pass not garbage-collected
         if len(self) == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
                              f"has {self._per_rank()} samples")
@@ -314,26 +343,31 @@ class DataLoader(EpochBook, TorchDropIn):
             list(loader)                 # epoch 1, all 12 batches
             for step, batch in zip(range(len(loader)), loader): ...   # epoch 2, 12 steps
 
-        A newer ``iter(loader)`` on the same thread supersedes a running pass (using the
-        old iterator then raises ``RuntimeError``).
+        Iterators are independent, as torch's: a newer ``iter(loader)`` (on any thread)
+        leaves a running one going, each with its own epoch, position and threads, e.g.
+        a train loader reused for validation in the middle of an epoch::
 
-        Raises:
-            RuntimeError: another live thread is iterating this loader and its pass is
-                not finished; make one DataLoader per consumer.
+            train = iter(loader); next(train)   # epoch 0, batch 0
+            val = list(loader)                  # a whole pass (epoch 1)
+            next(train)                         # epoch 0, batch 1: train goes on
+
+        ``state_dict()`` follows the pass that last delivered a batch or started
+        (:mod:`turbofeed.torch._epochs`); drop or ``close()`` an iterator you abandon
+        (its threads wait for it otherwise, until it is garbage-collected).
         """
         with self._iter_lock:
-            self._retire_active()
-            self._reindex_changed()
+            if not self._live_passes():  # a running pass may be reading the shards: left as they are
+                self._reindex_changed()
             if self._resume:
-                epoch, start = self._epoch, self._start
+                epoch, start, base = self._epoch, self._start, self._batches_base
                 self._resume = False
             else:
                 epoch = self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
-                start = 0
-                self._epoch, self._start, self._batches_base = epoch, 0, 0
-            self._batches_done = 0
-            it = _LoaderIterator(self, epoch, start)
+                start = base = 0
+            it = _LoaderIterator(self, epoch, start, base)
+            self._follow(it)
             self._active = weakref.ref(it)
+            self._passes.add(it)
         return it
 
     def _reindex_changed(self) -> None:
@@ -360,11 +394,16 @@ class DataLoader(EpochBook, TorchDropIn):
         return self.stats.profile()
 
     def close(self) -> None:
-        """Stop a running pass and close the dataset's files."""
-        previous = self._active() if self._active else None
-        if previous is not None:
-            previous.close()
+        """Stop the running passes and close the dataset's files."""
+        for it in self._live_passes():
+            it.close()
         self.dataset.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy (``pickle``, ``copy.deepcopy``) is this loader rebuilt from its constructor
+        arguments: its configuration, not its threads, slots or epoch position (a copy
+        starts fresh, as a new loader would, and iterates the same data)."""
+        return rebuild, (type(self), self._arguments)
 
     def __repr__(self) -> str:
         return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
