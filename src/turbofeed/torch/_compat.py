@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ._torchargs import TorchArgs, rebuild
+
 if TYPE_CHECKING:
     import torch
 
     from ._iterator import _LoaderIterator
-    from ._torchargs import TorchArgs
     from .loader import DataLoader
 
 _fetching = threading.local()  # the BatchRef torch is fetching on this thread
@@ -160,6 +161,7 @@ class TorchDropIn:
     device: torch.device | None  # the host's (declared for type checkers)
     _pinned: bool
     torch_args: TorchArgs
+    _arguments: dict[str, Any]  # the constructor's (torch/_torchargs.constructor_arguments)
 
     @functools.cached_property
     def sampler(self) -> EpochSampler:
@@ -190,6 +192,12 @@ class TorchDropIn:
     def persistent_workers(self) -> bool:
         """False: no worker processes to keep."""
         return False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy (``pickle``, ``copy.deepcopy``) is the loader rebuilt from its constructor
+        arguments: its configuration, not its threads, slots or epoch position (a copy
+        starts fresh, as a new loader would, and iterates the same data)."""
+        return rebuild, (type(self), self._arguments)
 
     @property
     def timeout(self) -> float:

@@ -67,12 +67,14 @@ def _refuse(name: str, why: str) -> ValueError:
     return ValueError(f"turbofeed.DataLoader: {name}= is not supported: {why}")
 
 
-def torch_arguments(data: Any, batch_size: Any, *, dataset: Any, sampler: Any, batch_sampler: Any,
+def torch_arguments(*, data: Any, batch_size: Any, dataset: Any, sampler: Any, batch_sampler: Any,
                     collate_fn: Any, collate: Any, fields: Any, timeout: float, worker_init_fn: Any,
                     multiprocessing_context: Any, generator: Any, seed: int, prefetch_factor: int | None,
                     prefetch: int, persistent_workers: bool, pin_memory_device: str,
-                    in_order: bool) -> TorchArgs:
-    """Check torch's arguments and say what they come to (see the module table).
+                    in_order: bool, **others: Any) -> TorchArgs:
+    """Check torch's arguments and say what they come to (see the module table). Takes
+    every constructor argument by name (:func:`constructor_arguments`); ``others`` are
+    turbofeed's own, not looked at here.
 
     Raises:
         ValueError: an argument turbofeed has no meaning for (one line: why, and what

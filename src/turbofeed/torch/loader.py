@@ -24,7 +24,7 @@ from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
-from ._torchargs import constructor_arguments, rebuild, torch_arguments
+from ._torchargs import constructor_arguments, torch_arguments
 from .device import gpu_available
 from .env import detect
 
@@ -144,13 +144,9 @@ class DataLoader(EpochBook, TorchDropIn):
             window onto the stored pixels and turns only its output (within 1 level of
             Pillow's resize of the turned image); the GPU path turns each decoded image.
 
-    torch's own arguments are accepted by their torch names (``dataset=``, ``collate_fn``,
-    ``timeout``, ``generator``, ``prefetch_factor``, ``persistent_workers``, ``in_order``,
-    ``pin_memory_device``), or refused with a one-line reason saying what to use instead
-    (``sampler``, ``batch_sampler``, ``worker_init_fn``, ``multiprocessing_context``, a
-    torch ``Dataset`` object): :mod:`turbofeed.torch._torchargs` has the table.
-    ``collate_fn`` gets each batch's ``(image, label)`` pairs (labels as ints);
-    ``timeout`` (seconds) raises ``TimeoutError`` for a batch that takes longer.
+    torch's own arguments (``dataset=``, ``collate_fn``, ``timeout``, ``generator``,
+    ``prefetch_factor``, ...) are taken with their meaning, or refused with a one-line
+    reason saying what to use instead: the table in :mod:`turbofeed.torch._torchargs`.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -190,14 +186,8 @@ class DataLoader(EpochBook, TorchDropIn):
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True) -> None:
         self._arguments = constructor_arguments(locals())  # what a copy is rebuilt from (pickle, deepcopy)
-        self.torch_args = torch_arguments(
-            data, batch_size, dataset=dataset, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
-            collate=collate, fields=fields, timeout=timeout, worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context, generator=generator, seed=seed,
-            prefetch_factor=prefetch_factor, prefetch=prefetch, persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device, in_order=in_order)
-        data, seed, prefetch, collate = (self.torch_args.data, self.torch_args.seed, self.torch_args.prefetch,
-                                         self.torch_args.collate)
+        torch_args = self.torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
+        data, seed, prefetch, collate = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.collate
         self.apply_exif_orientation = apply_exif_orientation
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
@@ -398,12 +388,6 @@ class DataLoader(EpochBook, TorchDropIn):
         for it in self._live_passes():
             it.close()
         self.dataset.close()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """A copy (``pickle``, ``copy.deepcopy``) is this loader rebuilt from its constructor
-        arguments: its configuration, not its threads, slots or epoch position (a copy
-        starts fresh, as a new loader would, and iterates the same data)."""
-        return rebuild, (type(self), self._arguments)
 
     def __repr__(self) -> str:
         return (f"DataLoader(samples={self.num_samples}, batches={len(self)}, batch_size={self.batch_size}, "
