@@ -46,6 +46,7 @@ class TorchArgs:
 
     Attributes:
         data: the data (``data``, or torch's ``dataset=``).
+        shuffle: ``shuffle`` as a bool (torch's default ``None`` is ``False``).
         seed: the order's seed (``generator``'s initial seed when given).
         prefetch: batches decoded ahead (``prefetch_factor`` when given).
         collate: with ``fields``: the user's ``collate`` (or ``collate_fn``).
@@ -55,6 +56,7 @@ class TorchArgs:
     """
 
     data: Any
+    shuffle: bool
     seed: int
     prefetch: int
     collate: Callable[[list], Any] | None
@@ -67,7 +69,7 @@ def _refuse(name: str, why: str) -> ValueError:
     return ValueError(f"turbofeed.DataLoader: {name}= is not supported: {why}")
 
 
-def torch_arguments(*, data: Any, batch_size: Any, dataset: Any, sampler: Any, batch_sampler: Any,
+def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset: Any, sampler: Any, batch_sampler: Any,
                     collate_fn: Any, collate: Any, fields: Any, timeout: float, worker_init_fn: Any,
                     multiprocessing_context: Any, generator: Any, seed: int, prefetch_factor: int | None,
                     prefetch: int, persistent_workers: bool, pin_memory_device: str,
@@ -129,7 +131,7 @@ def torch_arguments(*, data: Any, batch_size: Any, dataset: Any, sampler: Any, b
     elif collate is not None:
         raise ValueError("turbofeed.DataLoader: collate= takes the sample dicts of fields=; for (image, label) "
                          "samples pass collate_fn=, as to torch")
-    return TorchArgs(data=data, seed=seed, prefetch=prefetch, collate=collate, collate_pairs=collate_fn,
+    return TorchArgs(data=data, shuffle=bool(shuffle), seed=seed, prefetch=prefetch, collate=collate, collate_pairs=collate_fn,
                      timeout=float(timeout), generator=generator)
 
 

@@ -188,6 +188,7 @@ class DataLoader(EpochBook, TorchDropIn):
         self._arguments = constructor_arguments(locals())  # what a copy is rebuilt from (pickle, deepcopy)
         torch_args = self.torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
         data, seed, prefetch, collate = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.collate
+        shuffle = torch_args.shuffle
         self.apply_exif_orientation = apply_exif_orientation
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
