@@ -225,9 +225,10 @@ class BatchStream:
         return job
 
     def _timed_out(self, job: Job) -> TimeoutError:
+        where = "in the calling thread" if self._pool is None else "on the threads"
         return TimeoutError(f"turbofeed: batch {job.index} of the pass took longer than timeout={self._timeout} s "
-                            f"({len(job)} samples, {'in the calling thread' if self._pool is None else 'on the threads'}); "
-                            "the pass is stopped: look for slow storage or a slow transform, or raise timeout=")
+                            f"({len(job)} samples, {where}); the pass is stopped: look for slow storage or a "
+                            "slow transform, or raise timeout=")
 
     def _submit(self, index: int) -> None:
         positions = self._plan.batch_positions(index)

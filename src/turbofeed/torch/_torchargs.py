@@ -117,7 +117,8 @@ def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset
         prefetch = prefetch_factor
     if generator is not None:
         if not hasattr(generator, "initial_seed"):
-            raise TypeError(f"turbofeed.DataLoader: generator must be a torch.Generator, got {type(generator).__name__}")
+            raise TypeError("turbofeed.DataLoader: generator must be a torch.Generator, "
+                            f"got {type(generator).__name__}")
         if seed not in (0, generator.initial_seed()):  # 0: seed's default, not given
             raise ValueError(f"turbofeed.DataLoader: seed={seed} and generator= (initial seed "
                              f"{generator.initial_seed()}) both seed the order: give one of them")
@@ -131,8 +132,8 @@ def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset
     elif collate is not None:
         raise ValueError("turbofeed.DataLoader: collate= takes the sample dicts of fields=; for (image, label) "
                          "samples pass collate_fn=, as to torch")
-    return TorchArgs(data=data, shuffle=bool(shuffle), seed=seed, prefetch=prefetch, collate=collate, collate_pairs=collate_fn,
-                     timeout=float(timeout), generator=generator)
+    return TorchArgs(data=data, shuffle=bool(shuffle), seed=seed, prefetch=prefetch, collate=collate,
+                     collate_pairs=collate_fn, timeout=float(timeout), generator=generator)
 
 
 def _data(data: Any, dataset: Any) -> Any:
