@@ -89,6 +89,20 @@ def test_integer_txt_cls_and_json_labels_stay_labels(tmp_path, caplog):
     assert "1 samples" in warning and "'a caption' in" in warning and "/e" in warning
 
 
+def test_an_empty_caption_is_an_unlabelled_sample_not_a_bad_one(tmp_path):
+    data = tmp_path / "laion"
+    data.mkdir()
+    _laion(data / "laion-00000.tar", ["a cat", "", "   \n", "7"], meta=False)
+    loader = turbofeed.DataLoader(str(data), batch_size=4, transform=T.imagenet_eval(32), return_keys=True)
+    images, labels, keys = next(iter(loader))
+    assert labels.tolist() == [-1, -1, -1, 7]
+    assert keys == [f"laion-00000.tar/{i:09d}" for i in range(4)]  # none replaced
+    assert loader.stats.skipped_at_index == 0 and loader.stats.errors == {}
+    loader.close()
+    build_index(str(data), progress=False)
+    assert Dataset(str(data)).labels.tolist() == [-1, -1, -1, 7]  # from the dataset index too
+
+
 def test_json_class_names_are_numbered_as_before(tmp_path, caplog):
     path = _write(tmp_path / "s.tar", [{"__key__": f"k{i}", "jpg": small_jpeg(i), "json": {"label": n}}
                                        for i, n in enumerate(["emu", "cat", "emu"])])

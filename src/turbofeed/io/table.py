@@ -55,8 +55,8 @@ def pick_member(exts_present: Collection[str], spec: str | Sequence[str]) -> str
 
 def parse_label(ext: str, payload: bytes) -> Label:
     """Turn a ``.cls``/``.txt``/``.json`` payload into an int label or a class name; None
-    for a JSON object without a label field (img2dataset/LAION metadata: an unlabelled
-    sample, delivered with label -1, not a bad one).
+    for a JSON object without a label field (img2dataset/LAION metadata) or an empty
+    ``.txt`` (an empty caption): an unlabelled sample, delivered with label -1, not a bad one.
 
     Raises:
         ValueError: the payload is not a label (empty, bad JSON, a label of another type,
@@ -73,6 +73,8 @@ def parse_label(ext: str, payload: bytes) -> Label:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(f"JSON label {value!r} is neither an integer nor a class name")
         return _int64(value) if isinstance(value, int) else value
+    if not text and ext == "txt":
+        return None  # an empty caption: an unlabelled sample, as a .txt that is not an integer (io.labels)
     if not text:
         raise ValueError("empty label")
     try:
