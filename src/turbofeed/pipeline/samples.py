@@ -22,6 +22,7 @@ from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
+from ..torch.env import RankChoice
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
@@ -123,7 +124,12 @@ class Pipeline:
             are float when it ends with ``Normalize``/``ToDtype``).
         on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples (bad data
             only: storage faults raise :class:`turbofeed.StorageError` in every mode).
-        rank, world_size: this process's share of the data (strided split).
+        rank, world_size: this process's share of the data (strided split), whatever the
+            environment says.
+        enable_distributed: without ``rank``/``world_size``: ``None`` (default) splits where
+            ``torch.distributed`` is initialised or a launcher says there are several ranks
+            (one WARNING naming them), ``True`` likewise, ``False`` reads every sample on
+            every rank; read again at each ``start()`` (see :class:`turbofeed.DataLoader`).
         gpu_decode: ``True`` decodes on GPU ``device_id`` with nvJPEG: threads only read
             bytes (and pick crop windows), each chunk of samples is decoded in one call
             and transformed there in one batched op, and ``Sample.get_gpu_tensor()``
@@ -171,7 +177,8 @@ class Pipeline:
 
     def __init__(self, tar_paths: PathSpec, num_workers: int = 4, decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
-                 on_error: str = "replace", rank: int = 0, world_size: int = 1,
+                 on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
+                 enable_distributed: bool | None = None,
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
@@ -198,7 +205,9 @@ class Pipeline:
         self.decode_jpeg = decode_jpeg
         self.shuffle = shuffle
         self.seed = seed
-        self.rank, self.world_size = rank, world_size
+        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again when a pass is planned
+        env = self._ranks.resolve()
+        self.rank, self.world_size = env.rank, env.world_size
         self.gpu_decode, self.device_id = gpu_decode, device_id
         self.decoder = open_gpu_decoder(gpu_decode, f"cuda:{device_id}", self.stats, stacklevel=3) \
             if decode_jpeg else None
@@ -207,8 +216,15 @@ class Pipeline:
         self._engine: Engine | None = None
         self._ready: deque[Sample] = deque()
 
+    def _sync_ranks(self) -> None:
+        """This rank's share as the environment says now (not while a pass runs)."""
+        if self._engine is None:
+            env = self._ranks.resolve()
+            self.rank, self.world_size = env.rank, env.world_size
+
     def __len__(self) -> int:
         """Samples per epoch for this rank."""
+        self._sync_ranks()
         return len(make_epoch_plan(self.dataset.num_samples, batch_size=1, seed=self.seed, epoch=0,
                                    shuffle=False, rank=self.rank, world_size=self.world_size).order)
 
@@ -223,6 +239,7 @@ class Pipeline:
         if self._engine is not None:
             return
         self._source.refresh()
+        self._sync_ranks()
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)

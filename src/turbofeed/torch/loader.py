@@ -25,7 +25,7 @@ from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from .device import gpu_available
-from .env import detect
+from .env import RankChoice
 
 log = logging.getLogger("turbofeed")
 
@@ -50,10 +50,14 @@ class DataLoader(EpochBook, TorchDropIn):
             a batch whose outputs agree in shape and dtype is stacked, else a list. A
             callable that raises, or returns None or what is not a tensor or an array,
             stops the pass with :class:`turbofeed.UserCodeError` (see ``user_errors``).
-        enable_distributed: split the data across ranks; rank and world size come from
-            ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
-            MPI variables.
-        rank, world_size: explicit distributed position.
+        enable_distributed: ``None`` (default): split the data across ranks where
+            ``torch.distributed`` is initialised or a launcher's variables (torchrun,
+            SLURM, Horovod, MPI) say the world size is above 1, with one WARNING naming
+            rank, world size and where they came from; read again when each pass is
+            planned, so a loader built before ``init_process_group`` (Lightning,
+            Accelerate) splits too. ``True``: split likewise. ``False``: every rank reads
+            the whole dataset (one WARNING under a launcher of several ranks).
+        rank, world_size: explicit distributed position (wins over the environment).
         device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
             the GPU (uint8 copied asynchronously, normalised there).
         pin_memory: page-locked host batches; default: when delivering to CUDA.
@@ -157,7 +161,7 @@ class DataLoader(EpochBook, TorchDropIn):
 
     def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
                  *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
-                 enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
+                 enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
@@ -193,11 +197,10 @@ class DataLoader(EpochBook, TorchDropIn):
         self.prefetch = prefetch
         self.channels_last = channels_last
         self.return_keys = return_keys
-        if enable_distributed or rank is not None or world_size is not None:
-            env = detect(rank, world_size)
-        else:
-            env = detect(0, 1)
+        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again before each pass
+        env = self._ranks.resolve()
         self.rank, self.world_size = env.rank, env.world_size
+        self._streaming = streaming
         self.stream_layout: StreamLayout | None = stream_layout(
             self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
         # drawn again from the dataset when its shards change (_reindex_changed)
@@ -253,6 +256,7 @@ class DataLoader(EpochBook, TorchDropIn):
 
     def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
         """This rank's plan of ``epoch`` after ``start`` samples of its global order."""
+        self._sync_ranks()
         return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
@@ -281,7 +285,23 @@ class DataLoader(EpochBook, TorchDropIn):
         return decoder
 
     # -- sizes -------------------------------------------------------------------------
+    def _sync_ranks(self) -> None:
+        """Take the rank and world size the environment says now, between passes (a
+        process group started after the loader was built: Lightning, Accelerate)."""
+        if self._live() is not None:
+            return  # a running pass keeps the split it was planned with
+        env = self._ranks.resolve()
+        if (env.rank, env.world_size) == (self.rank, self.world_size):
+            return
+        self.rank, self.world_size = env.rank, env.world_size
+        self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
+                                           ranks_per_node=env.local_world_size)
+        if len(self) == 0:
+            raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
+                             f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
+
     def _per_rank(self) -> int:
+        self._sync_ranks()
         n, w = self._epoch_samples(), self.world_size
         return n // w if self.drop_last else -(-n // w)
 
