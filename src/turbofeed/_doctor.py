@@ -145,7 +145,8 @@ def _guard(name: str, probe: Any, *args: Any) -> Any:
         return probe(*args)
     except Exception as exc:  # noqa: BLE001 - a doctor must finish its report
         return _entry(False, f"the {name} probe failed: {type(exc).__name__}: {exc}",
-                      "report this at the turbofeed issue tracker")
+                      "a fault in turbofeed's own check (the project has no public tracker yet): "
+                      "keep the line above and `turbofeed doctor --json` for whoever provides your turbofeed")
 
 
 def collect() -> dict[str, Any]:

@@ -190,7 +190,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rates.append(rate)
     if rates:
         print(f"median {np.median(rates):.0f} images/s over {len(rates)} epoch(s)")
-    print("stage profile (worker seconds):")
+    print("stage profile (seconds in the worker threads; then the consumer's wait):")
     print(loader.profile())
     bad = loader.stats.as_dict()
     if bad["errors"]:
