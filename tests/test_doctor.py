@@ -12,7 +12,7 @@ import pytest
 from turbofeed import _doctor
 from turbofeed.decode import native
 
-CAPABILITIES = ("native_decoder", "gpu_decoder", "kvikio", "cufile", "obstore", "boto3", "torch", "cuda")
+CAPABILITIES = ("native_decoder", "threads", "gpu_decoder", "kvikio", "cufile", "obstore", "boto3", "torch", "cuda")
 
 
 def _cuda() -> bool:

@@ -23,6 +23,7 @@ from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
 from ..torch.env import RankChoice
+from ..torch.threads import choose_threads
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
@@ -117,7 +118,8 @@ class Pipeline:
 
     Args:
         tar_paths: anything :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
-        num_workers: worker threads.
+        num_workers: worker threads; None (default): the cores this process may use divided
+            by the ranks on this node (as :class:`turbofeed.DataLoader`).
         decode_jpeg: decode images (else samples carry the encoded bytes).
         shuffle, seed: the order, a pure function of (seed, epoch).
         transform: optional :class:`turbofeed.transforms.Compose` applied per sample (images
@@ -175,7 +177,7 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
-    def __init__(self, tar_paths: PathSpec, num_workers: int = 4, decode_jpeg: bool = True, *,
+    def __init__(self, tar_paths: PathSpec, num_workers: int | None = None, decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
                  on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
                  enable_distributed: bool | None = None,
@@ -201,7 +203,7 @@ class Pipeline:
                              f"{self.transform.callables[0]!r} is a callable: apply it to "
                              "sample.get_image(), or use turbofeed.DataLoader, which runs callables "
                              "in its worker threads")
-        self.num_workers = num_workers
+        self.num_workers = choose_threads().threads if num_workers is None else num_workers
         self.decode_jpeg = decode_jpeg
         self.shuffle = shuffle
         self.seed = seed
@@ -211,7 +213,7 @@ class Pipeline:
         self.gpu_decode, self.device_id = gpu_decode, device_id
         self.decoder = open_gpu_decoder(gpu_decode, f"cuda:{device_id}", self.stats, stacklevel=3) \
             if decode_jpeg else None
-        self.prefetch = prefetch or max(2, num_workers)
+        self.prefetch = prefetch or max(2, self.num_workers)
         self.epoch = 0
         self._engine: Engine | None = None
         self._ready: deque[Sample] = deque()

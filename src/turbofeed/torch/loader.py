@@ -26,6 +26,7 @@ from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from .device import gpu_available
 from .env import RankChoice
+from .threads import choose_threads
 
 log = logging.getLogger("turbofeed")
 
@@ -37,7 +38,10 @@ class DataLoader(EpochBook, TorchDropIn):
         data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
             a folder of ``.tar`` shards, or an ImageFolder root.
         batch_size: samples per batch.
-        num_workers: worker threads (decode and resize release the GIL).
+        num_workers: worker threads (decode and resize release the GIL). None (default):
+            the cores this process may use (CPU affinity, cgroup quota) divided by the
+            ranks on this node, at least 1 (:func:`turbofeed.torch.threads.choose_threads`;
+            ``turbofeed doctor`` shows the choice).
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
         seed: the seed of the order and of the random augmentations.
         drop_last: drop the last partial batch (and, distributed, the uneven tail).
@@ -159,7 +163,7 @@ class DataLoader(EpochBook, TorchDropIn):
                 ...
     """
 
-    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
+    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int | None = None, shuffle: bool = False,
                  *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
                  enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
@@ -175,6 +179,9 @@ class DataLoader(EpochBook, TorchDropIn):
                  apply_exif_orientation: bool = False,
                  index: str | os.PathLike | bool | None = None) -> None:
         self.apply_exif_orientation = apply_exif_orientation
+        self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
+        if num_workers is None:
+            num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.user_errors = check_user_errors(user_errors)
@@ -294,6 +301,8 @@ class DataLoader(EpochBook, TorchDropIn):
         if (env.rank, env.world_size) == (self.rank, self.world_size):
             return
         self.rank, self.world_size = env.rank, env.world_size
+        if self._auto_threads:  # the node's ranks share its cores
+            self.num_threads = choose_threads().threads
         self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
                                            ranks_per_node=env.local_world_size)
         if len(self) == 0:
