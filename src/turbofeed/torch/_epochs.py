@@ -52,6 +52,9 @@ class EpochBook:
     def _adopt_stream_state(self, state: dict) -> None:
         """Take the order's extra fields from a resumed ``state``."""
 
+    def _sync_ranks(self) -> None:
+        """Take the rank and world size the environment says now (between passes)."""
+
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` in every following pass (every rank must pass the same value).
 
@@ -92,6 +95,7 @@ class EpochBook:
         12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
         after all 12, ``epoch=3, batches_done=0``.
         """
+        self._sync_ranks()
         return make_state(epoch=self._epoch, samples_done=self.samples_done,
                           batches_done=self._batches_base + self._batches_done, seed=self.seed,
                           world_size=self.world_size, plan=self._fingerprint, data=self.dataset.content_print(),
@@ -119,6 +123,7 @@ class EpochBook:
                 ``plan`` when shuffle, drop_last or the mixing options changed).
             RuntimeError: another thread is iterating this loader.
         """
+        self._sync_ranks()
         check_data(state, self.dataset.content_print())
         check_state(state, seed=self.seed, plan=self._fingerprint)
         self._adopt_stream_state(state)

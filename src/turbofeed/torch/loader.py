@@ -25,7 +25,8 @@ from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from .device import gpu_available
-from .env import detect
+from .env import RankChoice
+from .threads import choose_threads
 
 log = logging.getLogger("turbofeed")
 
@@ -37,7 +38,10 @@ class DataLoader(EpochBook, TorchDropIn):
         data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
             a folder of ``.tar`` shards, or an ImageFolder root.
         batch_size: samples per batch.
-        num_workers: worker threads (decode and resize release the GIL).
+        num_workers: worker threads (decode and resize release the GIL). None (default):
+            the cores this process may use (CPU affinity, cgroup quota) divided by the
+            ranks on this node, at least 1 (:func:`turbofeed.torch.threads.choose_threads`;
+            ``turbofeed doctor`` shows the choice).
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
         seed: the seed of the order and of the random augmentations.
         drop_last: drop the last partial batch (and, distributed, the uneven tail).
@@ -50,10 +54,14 @@ class DataLoader(EpochBook, TorchDropIn):
             a batch whose outputs agree in shape and dtype is stacked, else a list. A
             callable that raises, or returns None or what is not a tensor or an array,
             stops the pass with :class:`turbofeed.UserCodeError` (see ``user_errors``).
-        enable_distributed: split the data across ranks; rank and world size come from
-            ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
-            MPI variables.
-        rank, world_size: explicit distributed position.
+        enable_distributed: ``None`` (default): split the data across ranks where
+            ``torch.distributed`` is initialised or a launcher's variables (torchrun,
+            SLURM, Horovod, MPI) say the world size is above 1, with one WARNING naming
+            rank, world size and where they came from; read again when each pass is
+            planned, so a loader built before ``init_process_group`` (Lightning,
+            Accelerate) splits too. ``True``: split likewise. ``False``: every rank reads
+            the whole dataset (one WARNING under a launcher of several ranks).
+        rank, world_size: explicit distributed position (wins over the environment).
         device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
             the GPU (uint8 copied asynchronously, normalised there).
         pin_memory: page-locked host batches; default: when delivering to CUDA.
@@ -155,9 +163,9 @@ class DataLoader(EpochBook, TorchDropIn):
                 ...
     """
 
-    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
+    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int | None = None, shuffle: bool = False,
                  *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
-                 enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
+                 enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
@@ -171,6 +179,9 @@ class DataLoader(EpochBook, TorchDropIn):
                  apply_exif_orientation: bool = False,
                  index: str | os.PathLike | bool | None = None) -> None:
         self.apply_exif_orientation = apply_exif_orientation
+        self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
+        if num_workers is None:
+            num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
         self.user_errors = check_user_errors(user_errors)
@@ -193,11 +204,10 @@ class DataLoader(EpochBook, TorchDropIn):
         self.prefetch = prefetch
         self.channels_last = channels_last
         self.return_keys = return_keys
-        if enable_distributed or rank is not None or world_size is not None:
-            env = detect(rank, world_size)
-        else:
-            env = detect(0, 1)
+        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again before each pass
+        env = self._ranks.resolve()
         self.rank, self.world_size = env.rank, env.world_size
+        self._streaming = streaming
         self.stream_layout: StreamLayout | None = stream_layout(
             self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
         # drawn again from the dataset when its shards change (_reindex_changed)
@@ -253,6 +263,7 @@ class DataLoader(EpochBook, TorchDropIn):
 
     def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
         """This rank's plan of ``epoch`` after ``start`` samples of its global order."""
+        self._sync_ranks()
         return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
@@ -281,7 +292,25 @@ class DataLoader(EpochBook, TorchDropIn):
         return decoder
 
     # -- sizes -------------------------------------------------------------------------
+    def _sync_ranks(self) -> None:
+        """Take the rank and world size the environment says now, between passes (a
+        process group started after the loader was built: Lightning, Accelerate)."""
+        if self._live() is not None:
+            return  # a running pass keeps the split it was planned with
+        env = self._ranks.resolve()
+        if (env.rank, env.world_size) == (self.rank, self.world_size):
+            return
+        self.rank, self.world_size = env.rank, env.world_size
+        if self._auto_threads:  # the node's ranks share its cores
+            self.num_threads = choose_threads().threads
+        self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
+                                           ranks_per_node=env.local_world_size)
+        if len(self) == 0:
+            raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
+                             f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
+
     def _per_rank(self) -> int:
+        self._sync_ranks()
         n, w = self._epoch_samples(), self.world_size
         return n // w if self.drop_last else -(-n // w)
 
