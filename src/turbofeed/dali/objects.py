@@ -167,7 +167,7 @@ def GPUDirectReader(endpoint: str | None = None, bucket: str | None = None, pref
     """Every object under ``s3://bucket/prefix`` once per epoch, as DALI outputs.
 
     Call it inside a DALI pipeline definition (the batch size is the pipeline's); it
-    returns a ``DataNode`` (with ``return_keys``, a list of two: data, keys). Named like a
+    returns a ``DataNode`` (with ``return_keys``, a tuple of two: data, keys). Named like a
     class because the seed documents call it so; it is a function.
 
     Args:
@@ -213,8 +213,9 @@ def GPUDirectReader(endpoint: str | None = None, bucket: str | None = None, pref
         if owns:
             client.close()
         raise
-    return fn.external_source(source=batches, batch_info=True, batch=True, name=name,
-                              num_outputs=2 if return_keys else None)
+    nodes = fn.external_source(source=batches, batch_info=True, batch=True, name=name,
+                               num_outputs=2 if return_keys else None)
+    return tuple(nodes) if return_keys else nodes  # a tuple: `return GPUDirectReader(...)` gives two outputs
 
 
 def _listing(client: GPUDirectClient, url: str, extensions: Sequence[str] | None) -> list[ObjectInfo]:

@@ -72,7 +72,7 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
         name: the external source's name in the graph.
 
     Returns:
-        A list of ``DataNode`` (see the table).
+        A tuple of ``DataNode`` (see the table).
 
     Raises:
         turbofeed.MissingExtra: DALI is not installed (names the pip command).
@@ -92,5 +92,5 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
     batches = DatasetBatches(source, batch_size=batch_size, shuffle=shuffle, seed=seed, shard_id=rank,
                              num_shards=world, drop_last=drop_last, fields=specs, return_keys=return_keys,
                              label_dtype=label_dtype, threads=threads)
-    return fn.external_source(source=batches, batch_info=True, num_outputs=batches.num_outputs, batch=True,
-                              name=name)
+    return tuple(fn.external_source(source=batches, batch_info=True, num_outputs=batches.num_outputs, batch=True,
+                                    name=name))
