@@ -13,6 +13,7 @@ This module does not import DALI: the callable returns lists of NumPy arrays.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import weakref
@@ -175,7 +176,8 @@ class DatasetBatches:
         """The outputs of the sample at ``position``, or of its replacement; None when skipped."""
         policy = self.source.policy
         n = len(plan.order)
-        for q in (position, *plan.replacement_positions(position)):
+        # lazily: the replacement positions are the rest of the order, looked at only past a bad sample
+        for q in itertools.chain((position,), plan.replacement_positions(position)):
             gid = int(plan.order[q % n])
             try:
                 out = self._read(gid)
