@@ -162,3 +162,21 @@ def test_an_empty_prefix_says_so(aws_env):
 
     with pytest.raises(turbofeed.DatasetError, match=f"no objects under s3://{BUCKET}/nothing-here/"):
         pipe()
+
+
+def test_an_object_replaced_after_the_listing_raises_storage_error(server, aws_env):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    client.put_object(Bucket=BUCKET, Key="changing/a.bin", Body=b"first version")
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        return GPUDirectReader(endpoint=server.endpoint, bucket=BUCKET, prefix="changing/")
+
+    p = pipe()  # listed now: the read carries this ETag
+    client.put_object(Bucket=BUCKET, Key="changing/a.bin", Body=b"second, longer version")
+    with pytest.raises(turbofeed.StorageError, match=f"s3://{BUCKET}/changing/a.bin") as excinfo:
+        p.run()
+    assert "replaced since it was listed" in str(excinfo.value)

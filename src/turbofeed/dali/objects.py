@@ -27,6 +27,7 @@ from ..engine.executor import Executor
 from ..errors import DatasetError, SampleError, StorageError, TurbofeedError
 from ..gds import GDSConfig, GPUDirectClient
 from ..io.s3.config import ObjectInfo, S3Config
+from ..io.s3.errors import changed
 from ..plan import EpochPlan, make_epoch_plan
 from ._require import current_batch_size, dali_fn
 from .batches import shard_of
@@ -116,7 +117,8 @@ class ObjectBatches:
             try:
                 self.client.read_url(info.url, buf, size=info.size, object_size=info.size, etag=info.etag)
             except (OSError, TurbofeedError) as exc:
-                raise StorageError(info.url, f"read failed since it was listed: {exc}") from exc
+                why = "replaced since it was listed (its ETag changed)" if changed(exc) else f"read failed: {exc}"
+                raise StorageError(info.url, why) from exc
         out = _parse(info.url, buf) if isinstance(buf, bytearray) else buf
         if not self.return_keys:
             return (out,)
