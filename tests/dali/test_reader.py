@@ -193,3 +193,35 @@ def test_bad_sample_is_replaced_by_the_next_good_one(tmp_path):
 def test_outside_a_pipeline_definition_says_so(shards):
     with pytest.raises(RuntimeError, match="inside a DALI pipeline"):
         tdali.reader(shards)
+
+
+def test_s3_shards_on_a_local_server(tmp_path):
+    """``s3://`` shards (moto on 127.0.0.1) through the node cache: every sample once."""
+    pytest.importorskip("moto", reason="moto[server] is the local S3 server: pip install 'turbofeed[test]'")
+    pytest.importorskip("boto3", reason="boto3 uploads the test shards: pip install 'turbofeed[test]'")
+    from builders import upload_shards
+    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.testing import LocalS3Server
+
+    with LocalS3Server() as server:
+        data = upload_shards(server.endpoint, "s3://dali-shards/train/", shards=3, per_shard=10)
+        s3 = turbofeed.S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test",
+                                region="us-east-1")
+        try:
+            batches = run_epoch(build("s3://dali-shards/train/", batch_size=8, shuffle=True, s3=s3,
+                                      cache_dir=str(tmp_path)))
+        finally:
+            close_clients()
+    keys = [k.rsplit("/", 1)[1] for b in batches for k in b[0]]
+    assert sorted(keys) == sorted(data["keys"])
+    assert all(label == int(k[1:3]) % 4 for b in batches for k, label in zip((k.rsplit("/", 1)[1] for k in b[0]), b[1]))
+
+
+def test_an_image_folder_and_a_dataset_object(image_folder):
+    loader = turbofeed.DataLoader(image_folder, batch_size=30, num_workers=1, return_keys=True)
+    expected = {k: int(label) for _, labels, ks in loader for k, label in zip(ks, labels)}
+    got = {k: label for b in run_epoch(build(image_folder, batch_size=7)) for k, label in zip(b[0], b[1])}
+    assert got == expected and len(got) == 30
+    dataset = turbofeed.io.Dataset(image_folder)
+    got = {k: label for b in run_epoch(build(dataset, batch_size=7)) for k, label in zip(b[0], b[1])}
+    assert got == expected

@@ -59,7 +59,7 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
         data: anything the DataLoader reads: a path, list, brace pattern, glob, folder,
             ``s3://`` URL, HDF5/Zarr/.npy/Parquet/TFRecord (see ``docs/formats.md``), or
             a :class:`turbofeed.io.Dataset` opened already (its own format and label
-            options hold; the reader closes it when DALI drops the pipeline).
+            options hold; it stays yours to close).
         shuffle, seed, drop_last, on_error, format, format_options, s3, classes,
             cache_dir, index: as :class:`turbofeed.DataLoader`'s.
         shard_id, num_shards: this pipeline's part of the data (DALI's names for rank and
