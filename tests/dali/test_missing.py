@@ -14,7 +14,7 @@ import sys
 class HideDali:  # as if nvidia-dali were not installed
     def find_spec(self, name, path=None, target=None):
         if name == "nvidia.dali" or name.startswith("nvidia.dali."):
-            raise ImportError(f"No module named {name!r}")
+            raise ModuleNotFoundError(f"No module named {name!r}")
         return None
 
 sys.meta_path.insert(0, HideDali())
