@@ -180,3 +180,25 @@ def test_an_object_replaced_after_the_listing_raises_storage_error(server, aws_e
     with pytest.raises(turbofeed.StorageError, match=f"s3://{BUCKET}/changing/a.bin") as excinfo:
         p.run()
     assert "replaced since it was listed" in str(excinfo.value)
+
+
+def test_read_threads_stop_when_dali_drops_the_pipeline(aws_env):
+    import gc
+    import threading
+    import time
+
+    @pipeline_def(batch_size=8, num_threads=1, device_id=None)
+    def pipe():
+        return GPUDirectReader(endpoint=aws_env.endpoint, bucket=BUCKET, prefix="train/", threads=2)
+
+    before = set(threading.enumerate())
+    p = pipe()
+    p.run()
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("turbofeed-dali-objects-")]
+    assert len(started) == 2
+    del p
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert not any(t.is_alive() for t in started)

@@ -225,3 +225,22 @@ def test_an_image_folder_and_a_dataset_object(image_folder):
     dataset = turbofeed.io.Dataset(image_folder)
     got = {k: label for b in run_epoch(build(dataset, batch_size=7)) for k, label in zip(b[0], b[1])}
     assert got == expected
+
+
+def test_read_threads_stop_when_dali_drops_the_pipeline(shards):
+    """An idle pool thread keeps its last task: the task must not keep the reader alive."""
+    import gc
+    import threading
+    import time
+
+    before = set(threading.enumerate())
+    pipe = build(shards, threads=2)
+    pipe.run()
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("turbofeed-dali-fetch-")]
+    assert len(started) == 2
+    del pipe
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert not any(t.is_alive() for t in started)

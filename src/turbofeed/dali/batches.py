@@ -13,6 +13,7 @@ This module does not import DALI: the callable returns lists of NumPy arrays.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -169,8 +170,10 @@ class DatasetBatches:
             pool = self._pool[0] = Executor(self.threads, "dali-fetch")
         step = -(-len(positions) // self.threads)
         chunks = [positions[i:i + step] for i in range(0, len(positions), step)]
-        return [s for chunk in pool.run_all(lambda c: [self._sample(plan, p) for p in c], chunks)
-                for s in chunk]
+        # a weak reference: an idle pool thread keeps its last task alive, and a task holding
+        # ``self`` would keep this object (and so its threads) alive after DALI dropped it
+        task = functools.partial(_read_chunk, weakref.ref(self), plan)
+        return [s for chunk in pool.run_all(task, chunks) for s in chunk]
 
     def _sample(self, plan: EpochPlan, position: int) -> tuple[np.ndarray, ...] | None:
         """The outputs of the sample at ``position``, or of its replacement; None when skipped."""
@@ -229,6 +232,14 @@ class DatasetBatches:
         """Stop the read threads and close the dataset's files; idempotent."""
         self._finalizer()
         self.dataset.close()
+
+
+def _read_chunk(ref: weakref.ref[DatasetBatches], plan: EpochPlan,
+                positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
+    batches = ref()
+    if batches is None:  # cannot happen while the caller waits on run_all: it holds the object
+        raise RuntimeError("turbofeed.dali: the reader was dropped while a batch was being read")
+    return [batches._sample(plan, p) for p in positions]
 
 
 def _close_pool(holder: list[Executor | None]) -> None:

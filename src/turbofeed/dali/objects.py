@@ -15,6 +15,7 @@ the bytes land in host memory and DALI moves them (``.gpu()``, ``device="mixed"`
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import weakref
@@ -104,7 +105,9 @@ class ObjectBatches:
         pool = self._pool[0]
         if pool is None and self.threads > 1:
             pool = self._pool[0] = Executor(self.threads, "dali-objects")
-        outs = [self._read(i) for i in ids] if pool is None else pool.run_all(self._read, ids)
+        # a weak reference in the task, as in DatasetBatches: idle pool threads keep their last task
+        outs = [self._read(i) for i in ids] if pool is None else pool.run_all(
+            functools.partial(_read_one, weakref.ref(self)), ids)
         if not self.return_keys:  # one output: external_source without num_outputs takes the list
             return [out[0] for out in outs]
         return tuple(list(column) for column in zip(*outs))
@@ -149,6 +152,13 @@ def _parse(url: str, data: bytearray) -> np.ndarray:
         raise SampleError(where, name, "decode.cpu", f"holds a {type(value).__name__}, not one tensor; "
                                                      f"read it with tensors=False and parse it yourself")
     return value.detach().contiguous().numpy()
+
+
+def _read_one(ref: weakref.ref[ObjectBatches], i: int) -> tuple[np.ndarray, ...]:
+    batches = ref()
+    if batches is None:  # cannot happen while the caller waits on run_all: it holds the object
+        raise RuntimeError("turbofeed.dali: the reader was dropped while a batch was being read")
+    return batches._read(i)
 
 
 def _close(holder: list[Executor | None], client: GPUDirectClient | None) -> None:
