@@ -126,7 +126,7 @@ class GpuDecoder:
                 self.description = f"{find_backend('torchvision')[1]}; {why}"
 
     def _open_nvimgcodec(self) -> None:
-        from nvidia import nvimgcodec
+        import nvidia.nvimgcodec as nvimgcodec
 
         self._nvimgcodec = nvimgcodec
         index = self.device.index  # always set (__init__)
