@@ -189,12 +189,14 @@ def test_a_resampled_streamed_epoch_mixes_blocks_too():
 def test_a_cache_of_few_shards_is_warned_about_with_the_size_to_ask(caplog):
     nbytes = np.full(40, 1 << 20)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        overlap, block = window_blocks(6 << 20, nbytes)
-        warn_low_diversity(nbytes, 6 << 20, overlap, block, nodes=1, canonical=1)
+        warn_low_diversity(nbytes, 6 << 20, nodes=1, canonical=1)
     [record] = caplog.records
-    assert "about 5.0 shards" in record.message and "9437184 bytes" in record.message  # 9 shards: 8 + 1
+    assert "about 5.0 shards" in record.message and f"to {9 << 20} bytes (9M)" in record.message  # 8 + 1
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        overlap, block = window_blocks(9 << 20, nbytes)
-        warn_low_diversity(nbytes, 9 << 20, overlap, block, nodes=1, canonical=1)
+        warn_low_diversity(nbytes, 9 << 20, nodes=1, canonical=1)  # the size it named is enough
     assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):  # reads a shard and a half ahead: 2 more
+        warn_low_diversity(nbytes, 9 << 20, nodes=1, canonical=1, ahead_bytes=3 << 19)
+    [record] = caplog.records
+    assert "about 7.0 shards" in record.message and f"to {10 << 20} bytes" in record.message

@@ -70,8 +70,8 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
     ``window / (overlap + 1)`` bytes, no smaller than the largest shard (a block holds
     whole shards), ``overlap = window // largest - 1`` (1 to :data:`MAX_OVERLAP`) when the
     fetch stage's reads, ``ahead`` positions of this rank past the batches done, stay
-    within a block, less when they may reach further (:func:`window_blocks`). A given ``block_bytes`` (a resumed
-    state's) comes with its ``overlap`` (default 1).
+    within a block, less when they may reach further (:func:`window_blocks`). A given
+    ``block_bytes`` (a resumed state's) comes with its ``overlap`` (default 1).
 
     Raises:
         StorageError: ``streaming=True`` with ``s3://`` shards that do not fit the node
@@ -110,7 +110,7 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
         lead = ahead * ranks_per_node * nodes / canonical * per_sample
         overlap, block_bytes = window_blocks(window, nbytes, ahead_bytes=int(lead))
         if cache is not None:
-            warn_low_diversity(nbytes, cache, overlap, block_bytes, nodes=nodes, canonical=canonical)
+            warn_low_diversity(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=int(lead))
     return StreamLayout(starts=dataset.starts, shard_bytes=nbytes, canonical_nodes=canonical,
                         block_bytes=int(block_bytes), ranks_per_node=ranks_per_node, overlap=int(overlap or 1))
 
@@ -141,25 +141,37 @@ def window_blocks(window: int, nbytes: np.ndarray, max_overlap: int | None = Non
     return best
 
 
-def warn_low_diversity(nbytes: np.ndarray, cache: int, overlap: int, block_bytes: int, *, nodes: int,
-                       canonical: int) -> None:
-    """Warn once (at the loader's start) when a streamed batch can draw from fewer than
-    :data:`DIVERSE_SHARDS` shards, the cache being too small to hold more at once, and
-    say what cache would."""
+def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> float:
+    """About how many shards a streamed batch of this node draws from, with ``cache`` bytes
+    of node cache: the blocks each stretch mixes, over the mean shard, for every stream the
+    node reads (:func:`window_blocks`)."""
+    mean = max(float(nbytes.mean()), 1.0) if len(nbytes) else 1.0
+    streams = max(canonical // max(nodes, 1), 1)
+    overlap, block = window_blocks(max(1, cache * nodes // canonical), nbytes, ahead_bytes=ahead_bytes)
+    return streams * overlap * block / mean
+
+
+def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> None:
+    """Warn (once per loader, when it is made) when a streamed batch draws from fewer than
+    :data:`DIVERSE_SHARDS` shards because the cache holds too few at once, naming the
+    cache size that would give that many."""
     if not len(nbytes):
         return
-    mean = max(float(nbytes.mean()), 1.0)
-    streams = max(canonical // max(nodes, 1), 1)  # streams a node reads at once
-    mixed = streams * overlap * block_bytes / mean  # shards a batch draws from, about
     want = min(DIVERSE_SHARDS, len(nbytes))
+    mixed = mixed_shards(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes)
     if mixed >= want:
         return
-    # ``want`` shards mixed and one downloading, per stream, each block a whole largest shard at worst
-    need = int((want + 1) * max(int(nbytes.max()), 1) * canonical / max(nodes, 1))
+    mean, step = max(float(nbytes.mean()), 1.0), max(int(nbytes.max()), 1) * canonical // max(nodes, 1)
+    need = cache
+    for _ in range(4 * DIVERSE_SHARDS):  # a shard more at a time (the overlap grows with the cache)
+        need += step
+        if mixed_shards(nbytes, need, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes) >= want:
+            break
     log.warning("turbofeed: streamed batches draw from about %.1f shards each (the node cache of %d bytes holds "
-                "%.1f shards of %d bytes on average, one of them downloading ahead): batches mix little. Raise "
-                "S3Config(cache_max_bytes=...) or TURBOFEED_S3_CACHE_SIZE to %d bytes (%dM) for about %d shards "
-                "per batch", mixed, cache, cache / mean, int(mean), need, -(-need >> 20), want)
+                "%.1f shards of %d bytes on average; each shard is held whole while it is read, and the next "
+                "ones download ahead): batches mix little. Raise S3Config(cache_max_bytes=...) or "
+                "TURBOFEED_S3_CACHE_SIZE to %d bytes (%dM) for about %d shards per batch",
+                mixed, cache, cache / mean, int(mean), need, -(-need >> 20), want)
 
 
 def warn_copies_overflow(dataset: Dataset) -> None:
