@@ -1,7 +1,8 @@
 """A streamed epoch over a real S3-compatible server (moto, on 127.0.0.1) whose batches mix
 several blocks (issue 29, item 3): 12 shards, a node cache of 6 of them, every sample once,
 each shard downloaded once, no sample read with a ranged GET, the cache within its bound,
-and batches drawn from about 5 shards where the blocks of half the cache gave about 3."""
+and batches drawn from about 5 shards where the blocks of half the cache gave about 3;
+exact resume mid-epoch, and a state saved before the overlap resumes in its own order."""
 
 from __future__ import annotations
 
@@ -84,3 +85,46 @@ def test_a_streamed_epoch_mixes_five_shards_per_batch_within_a_cache_of_six(six_
     assert Counter(k for b in before for k in b) == Counter(data["keys"])
     # batches of 8: about 5 (1 - (4/5)^8) = 4.2 shards from 5 mixed, 3 (1 - (2/3)^8) = 2.9 from 3
     assert mixed >= 3.8 and mixed > 1.25 * shards_per_batch(before), (mixed, shards_per_batch(before))
+
+
+def make(config: S3Config, cache_dir, **kw):
+    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=1, s3=config,
+                                cache_dir=str(cache_dir), streaming=True, return_keys=True,
+                                transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
+
+
+def test_resume_mid_epoch_of_overlapping_blocks_continues_exactly(six_shards, data, tmp_path):
+    config, _ = six_shards
+    whole = keys_of(make(config, tmp_path / "a"))
+    dl = make(config, tmp_path / "b")
+    it = iter(dl)
+    head = keys_of([next(it) for _ in range(23)])
+    state = dl.state_dict()
+    assert state["overlap"] == 5
+    dl.close()
+    again = make(config, tmp_path / "c")
+    again.load_state_dict(state)
+    assert head + keys_of(again) == whole
+
+
+def test_a_state_saved_before_overlap_resumes_in_its_own_order(six_shards, data, tmp_path, monkeypatch):
+    """A streamed state saved before the overlap existed has no ``overlap`` field; its
+    order was the block shuffle (overlap 1, blocks of half the cache). The loader of this
+    version, which would mix 5 blocks, resumes it in that order: the rest is exactly what
+    the interrupted run would have delivered."""
+    config, _ = six_shards
+    monkeypatch.setattr(layout_module, "MAX_OVERLAP", 1)  # a loader that orders as before
+    before = make(config, tmp_path / "a")
+    assert before.stream_layout.block_bytes == config.cache_max_bytes // 2
+    whole = keys_of(before)
+    old = make(config, tmp_path / "b")
+    it = iter(old)
+    head = keys_of([next(it) for _ in range(17)])
+    state = {k: v for k, v in old.state_dict().items() if k != "overlap"}  # as saved then
+    old.close()
+    monkeypatch.undo()
+    now = make(config, tmp_path / "c")
+    assert now.stream_layout.overlap == 5
+    now.load_state_dict(state)
+    assert now.stream_layout.overlap == 1 and now.stream_layout.block_bytes == state["block_bytes"]
+    assert head + keys_of(now) == whole
