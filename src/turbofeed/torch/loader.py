@@ -209,7 +209,8 @@ class DataLoader(EpochBook, TorchDropIn):
         self.rank, self.world_size = env.rank, env.world_size
         self._streaming = streaming
         self.stream_layout: StreamLayout | None = stream_layout(
-            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
+            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size,
+            ahead=(prefetch + 2) * batch_size)  # how far the fetch stage reads ahead (fetch_stage)
         # drawn again from the dataset when its shards change (_reindex_changed)
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, s3=s3)
@@ -272,13 +273,14 @@ class DataLoader(EpochBook, TorchDropIn):
         return {} if self.stream_layout is None else self.stream_layout.state()
 
     def _adopt_stream_state(self, state: dict) -> None:
-        """A streamed epoch resumes with the layout that ordered it (its canonical nodes
-        and block size), whatever this run's node count and cache would choose."""
+        """A streamed epoch resumes with the layout that ordered it (its canonical nodes,
+        block size and overlap), whatever this run's node count and cache would choose."""
         layout = self.stream_layout
         if layout is None or "canonical_nodes" not in state:
             return
         self.stream_layout = dataclasses.replace(layout, canonical_nodes=int(state["canonical_nodes"]),
-                                                 block_bytes=int(state["block_bytes"]))
+                                                 block_bytes=int(state["block_bytes"]),
+                                                 overlap=int(state.get("overlap", 1)))  # 1: saved before it
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
