@@ -190,12 +190,16 @@ class Bench:
             built = time.perf_counter()
             construction = self.proxy.reset_traffic()
             keys: list[str] = []
+            mixed: list[int] = []  # distinct shards of each full batch
             first = first_at = None
             for _, _, batch_keys in loader:
                 if first is None:
                     first, first_at = self.proxy.traffic(), time.perf_counter()
                 keys.extend(batch_keys)
+                if len(batch_keys) == self.args.batch_size:
+                    mixed.append(len({short_key(k).split("/")[0] for k in batch_keys}))
             ended = time.perf_counter()
+            overlap = loader.stream_layout.overlap if loader.stream_layout is not None else 0
             epoch = self.proxy.traffic()
             loader.close()
         finally:
@@ -204,7 +208,8 @@ class Bench:
         got = [short_key(k) for k in keys]
         return {"construction": construction, "first": first, "epoch": epoch, "keys": got,
                 "build_s": built - started, "first_s": first_at - built, "iter_s": ended - built,
-                "peak": watcher.peak, "watch_samples": watcher.samples}
+                "peak": watcher.peak, "watch_samples": watcher.samples,
+                "shards_per_batch": statistics.mean(mixed) if mixed else 0.0, "overlap": overlap}
 
 
 def measure(b: Bench, run: dict) -> dict:
@@ -234,7 +239,8 @@ def report(b: Bench, runs: list[dict], locals_: list[dict], index: dict) -> tupl
     local_ips = len(b.keys) / statistics.median(r["seconds"] for r in locals_)
     m = {"once": once, "fetched": w_fetched["fetched"] / b.total, "gets": w_gets["shard_gets"] / n,
          "peak": w_peak["peak"], "limit": limit, "first": w_first["first"] / b.total,
-         "stream_ips": stream_ips, "local_ips": local_ips, "ratio": stream_ips / local_ips}
+         "stream_ips": stream_ips, "local_ips": local_ips, "ratio": stream_ips / local_ips,
+         "mixed": statistics.mean(r["shards_per_batch"] for r in runs)}
     rows = [
         ("every sample exactly once", f"{'yes' if once else 'no'} ({w_once['delivered']} delivered, "
          f"{w_once['repeated']} repeated, {w_once['missing']} missing of {len(b.keys)})", "exactly once", once),
@@ -250,6 +256,8 @@ def report(b: Bench, runs: list[dict], locals_: list[dict], index: dict) -> tupl
          f"first batch after {w_first['first_s']:.2f} s)", "<= 0.35", m["first"] <= 0.35),
         ("images/s streaming / local", f"{m['ratio']:.2f} ({stream_ips:.0f} vs {local_ips:.0f} img/s)",
          ">= 0.6", m["ratio"] >= 0.6),
+        ("shards per batch (mean over full batches)", f"{m['mixed']:.2f} (overlap {runs[0]['overlap']}; "
+         f"{n} shards, cache {b.bound / statistics.mean(b.sizes):.1f} shards)", "(#29: more is better)", True),
     ]
     table = [f"Worst of {len(runs)} streamed epoch(s); images/s: median.", "",
              "| check | measured | goal | |", "|---|---|---|---|"]
@@ -274,6 +282,41 @@ def write_row(path: str, header: list[str], row: str) -> None:
         f.write(text)
 
 
+def ab_overlap(bench: Bench, repeats: int) -> None:
+    """#29: streamed epochs with overlap 1 (A: the blocks of half the cache) and the default
+    overlap (B), interleaved A B A B ... after one streamed epoch not counted (a warm-up),
+    each with a fresh node cache: shards per batch,
+    images/s (from ``DataLoader(...)`` to the last batch) and the checks of :func:`measure`."""
+    from turbofeed.engine import layout
+
+    default = layout.MAX_OVERLAP
+    bench.stream_epoch()  # warm-up, not counted: the first streamed epoch of a run is much slower
+    rows: dict[str, list[dict]] = {"A": [], "B": []}
+    for r in range(repeats):
+        for name, most in (("A", 1), ("B", default)):
+            layout.MAX_OVERLAP = most
+            try:
+                run = bench.stream_epoch()
+            finally:
+                layout.MAX_OVERLAP = default
+            m = measure(bench, run)
+            ips = len(bench.keys) / (run["build_s"] + run["iter_s"])
+            rows[name].append({"mixed": run["shards_per_batch"], "ips": ips, "overlap": run["overlap"], **m})
+            print(f"repeat {r} {name}: overlap {run['overlap']}, {run['shards_per_batch']:.2f} shards/batch, "
+                  f"{ips:.0f} img/s, once {m['once']}, fetched/data {m['fetched'] / bench.total:.3f}, "
+                  f"peak {m['peak'] / MiB:.1f} MiB (bound {bench.bound / MiB:.1f})", flush=True)
+    print("\n| shuffle | overlap | shards per batch | img/s (median) | exactly once | fetched / data "
+          "| peak cache MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, label in (("A", "blocks of half the cache (before #29)"), ("B", "overlapping blocks (#29)")):
+        xs = rows[name]
+        each = ", ".join(f"{x['ips']:.0f}" for x in xs)
+        print(f"| {label} | {xs[0]['overlap']} | {statistics.mean(x['mixed'] for x in xs):.2f} | "
+              f"{statistics.median(x['ips'] for x in xs):.0f} ({each}) | "
+              f"{'yes' if all(x['once'] for x in xs) else 'NO'} | "
+              f"{max(x['fetched'] for x in xs) / bench.total:.3f} | {max(x['peak'] for x in xs) / MiB:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.path.join(HERE, ".data", "imagenet_like_250"))
@@ -285,6 +328,9 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--streaming", choices=["on", "auto"], default="on",
                     help="on: streaming=True; auto: the loader's default (on when the data exceeds the bound)")
+    ap.add_argument("--ab-overlap", action="store_true",
+                    help="#29: per repeat, a streamed epoch with the blocks of half the cache (overlap 1, as "
+                         "before #29) and one with the default overlapping blocks, interleaved; prints both")
     ap.add_argument("--write", action="store_true", help="append a row to bench/RESULTS.md")
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS.md"))
     args = ap.parse_args()
@@ -310,6 +356,10 @@ def main() -> None:
         index = bench.index()
         print(f"indexes by {index['how']}: {index['seconds']:.1f} s, {index['bytes'] / MiB:.1f} MiB", flush=True)
         bench.local_epoch()  # warm-up
+        if args.ab_overlap:
+            ab_overlap(bench, args.repeats)
+            close_clients()
+            return
         runs, locals_ = [], []
         for r in range(args.repeats):
             runs.append(bench.stream_epoch())

@@ -4,8 +4,9 @@
     python examples/pytorch_lightning_example.py --data-path "shards/shard-{000000..000146}.tar"
     python examples/pytorch_lightning_example.py --data-path ... --accelerator gpu --devices 8 --strategy ddp
 
-The loader is built in ``train_dataloader()``, after Lightning has set up the process
-group, so turbofeed reads rank and world size from ``torch.distributed``. turbofeed's
+No turbofeed argument about ranks: the default ``enable_distributed=None`` reads rank and
+world size from ``torch.distributed`` when the loader plans its pass (Lightning's process
+group exists by then, wherever the loader was built) and splits the data. turbofeed's
 DataLoader has ``state_dict()``/``load_state_dict()``, so Lightning stores its position
 in checkpoints and a resumed fit continues mid-epoch.
 """
@@ -32,7 +33,7 @@ class ShardData(L.LightningDataModule):
     def train_dataloader(self) -> turbofeed.DataLoader:
         self.loader = turbofeed.DataLoader(
             self.data_path, batch_size=self.batch_size, num_workers=self.workers, shuffle=True,
-            drop_last=True, enable_distributed=True,
+            drop_last=True,
             transform=T.imagenet_train(self.image_size, normalize=True))
         return self.loader
 

@@ -3,7 +3,7 @@
 # (scripts/gpu_check.sh): CPython 3.12, manylinux x86_64, no internet there. It holds
 #   - turbofeed's own cp311-abi3 wheel (scripts/wheel.sh; libjpeg-turbo bundled: that machine
 #     has no libjpeg headers, so it cannot build the native decoder);
-#   - simplejpeg and google-crc32c (core dependencies, not installed there);
+#   - simplejpeg, google-crc32c and braceexpand (core dependencies, not installed there);
 #   - KvikIO for CUDA 13: kvikio-cu13, libkvikio-cu13, rapids-logger (cupy-cuda13x,
 #     cuda-pathfinder, cuda-toolkit and numpy are there already);
 #   - with GPU_WHEELS_NVIMGCODEC=1, nvImageCodec for CUDA 13 and the nvJPEG it loads (about
@@ -35,7 +35,7 @@ fi
 BUDGET_MIB=${GPU_WHEELS_BUDGET_MIB:-60}
 
 # The versions checked against the machine's libraries (shared review of 2026-11-26).
-PINS=("simplejpeg==1.9.*" "google-crc32c==1.*" "kvikio-cu13==26.10.*" "libkvikio-cu13==26.10.*" "rapids-logger==0.3.*")
+PINS=("simplejpeg==1.9.*" "google-crc32c==1.*" "braceexpand==0.1.*" "kvikio-cu13==26.10.*" "libkvikio-cu13==26.10.*" "rapids-logger==0.3.*")
 [ "${GPU_WHEELS_NVIMGCODEC:-0}" = 1 ] && PINS+=("nvidia-nvimgcodec-cu13==0.9.*" "nvidia-nvjpeg==13.0.*")
 
 if [ "$check_only" = 0 ]; then

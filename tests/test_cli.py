@@ -226,8 +226,12 @@ def test_bench_profile_lists_only_stages_that_ran(made):
     """On the CPU path the GPU decode stage never runs: no row of 0.000 s for it."""
     done = run_cli("bench", made, "--epochs", "1", "--warmup", "0", "--batch-size", "8", "--workers", "1")
     assert done.returncode == 0, done.stderr
-    profile = done.stdout.split("stage profile (worker seconds):\n", 1)[1]
+    profile = done.stdout.split("stage profile (seconds in the worker threads; then the consumer's wait):\n", 1)[1]
     assert "decode.cpu" in profile and "decode.gpu" not in profile
+    # the consumer's wait is no worker stage (#27): its own last line, no share of the workers' time
+    rows = profile.split("bad samples:")[0].strip().splitlines()
+    assert rows[-1].startswith("wait ") and "not a worker" in rows[-1], rows
+    assert sum(float(r.split()[3].rstrip("%")) for r in rows[:-1]) == pytest.approx(100, abs=0.5)
 
 
 def test_a_closed_pipe_is_not_a_traceback(made):

@@ -12,7 +12,7 @@ import pytest
 from turbofeed import _doctor
 from turbofeed.decode import native
 
-CAPABILITIES = ("native_decoder", "gpu_decoder", "kvikio", "cufile", "obstore", "boto3", "torch", "cuda")
+CAPABILITIES = ("native_decoder", "threads", "gpu_decoder", "kvikio", "cufile", "obstore", "boto3", "torch", "cuda")
 
 
 def _cuda() -> bool:
@@ -82,3 +82,15 @@ def test_cli_doctor_json():
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert set(CAPABILITIES) <= set(report)
+
+
+def test_a_failing_probe_names_no_tracker_that_does_not_exist():
+    """#27: the fix pointed to an issue tracker the project does not have."""
+    from turbofeed._doctor import _guard
+
+    def probe():
+        raise OSError("boom")
+
+    entry = _guard("native decoder", probe)
+    assert entry["on"] is False and "OSError: boom" in entry["why"]
+    assert "tracker yet" in entry["fix"] and "turbofeed doctor --json" in entry["fix"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,48 @@ def test_slurm_script_passes_bash_syntax_check():
     script = EXAMPLES / "slurm_ddp.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "srun" in script.read_text() and "examples/distributed_ddp.py" in script.read_text()
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_every_example_parses_its_arguments(example):
+    """``--help`` of every example: its imports and argument parser work as shipped."""
+    if example == "pytorch_lightning_example.py":
+        pytest.importorskip("lightning")
+    done = subprocess.run([sys.executable, str(EXAMPLES / example), "--help"], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage:") and re.search(r"--(data-path|train) ", done.stdout), done.stdout
+
+
+def _sbatch_args(tmp_path: Path, **env: str) -> list[str]:
+    """The arguments examples/slurm_ddp.sbatch hands to ``srun``, the script run by bash.
+    ``srun`` and ``scontrol`` are stand-ins (SLURM cannot run here): scontrol names one
+    host, srun writes its arguments, one a line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho node001\n")
+    (bin_dir / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {shlex.quote(str(tmp_path / "srun.args"))}\n')
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    slurm = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node001", "SLURM_CPUS_PER_TASK": "12",
+             "SLURM_JOB_NAME": "turbofeed-ddp", "HOME": str(tmp_path), **env}
+    done = subprocess.run(["bash", str(EXAMPLES / "slurm_ddp.sbatch")], capture_output=True, text=True,
+                          timeout=60, env=slurm, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return (tmp_path / "srun.args").read_text().splitlines()
+
+
+def test_slurm_script_passes_its_default_brace_pattern_intact(tmp_path):
+    """Inside ``${DATA:-...}`` the pattern's first ``}`` would end the expansion (#27);
+    turbofeed, not bash, expands it: 1282 shards."""
+    from turbofeed.io import expand_braces
+
+    args = _sbatch_args(tmp_path)
+    data = args[args.index("--data-path") + 1]
+    assert data == "/shared/imagenet/train/shard-{000000..001281}.tar"
+    shards = expand_braces(data)
+    assert len(shards) == 1282 and shards[-1] == "/shared/imagenet/train/shard-001281.tar"
+    assert args[args.index("--workers") + 1] == "12"
+    # DATA from the environment wins, braces and all
+    args = _sbatch_args(tmp_path, DATA="/scratch/x-{0..3}.tar")
+    assert args[args.index("--data-path") + 1] == "/scratch/x-{0..3}.tar"

@@ -161,7 +161,8 @@ def _install_and_check(base_python: str, wheel: Path, tmp_path: Path, deps: list
 
 def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(wheel, tmp_path):
     # The core dependencies at the versions this test environment runs (binary wheels only).
-    deps = [f"{name}=={metadata.version(name)}" for name in ("google-crc32c", "numpy", "pillow", "simplejpeg", "tqdm")]
+    deps = [f"{name}=={metadata.version(name)}"
+            for name in ("braceexpand", "google-crc32c", "numpy", "pillow", "simplejpeg", "tqdm")]
     _install_and_check(sys.executable, wheel, tmp_path, deps)
 
 

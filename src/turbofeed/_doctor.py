@@ -49,6 +49,12 @@ def _native() -> dict[str, Any]:
     return _entry(*native.status())
 
 
+def _threads() -> dict[str, Any]:
+    from .torch.threads import choose_threads
+
+    return _entry(True, choose_threads().why)
+
+
 def _torch() -> tuple[dict[str, Any], Any]:
     try:
         import torch
@@ -145,7 +151,8 @@ def _guard(name: str, probe: Any, *args: Any) -> Any:
         return probe(*args)
     except Exception as exc:  # noqa: BLE001 - a doctor must finish its report
         return _entry(False, f"the {name} probe failed: {type(exc).__name__}: {exc}",
-                      "report this at the turbofeed issue tracker")
+                      "a fault in turbofeed's own check (the project has no public tracker yet): "
+                      "keep the line above and `turbofeed doctor --json` for whoever provides your turbofeed")
 
 
 def collect() -> dict[str, Any]:
@@ -153,7 +160,8 @@ def collect() -> dict[str, Any]:
 
     Returns:
         ``{"version": str, "python": str, <capability>: {"on": bool, "why": str,
-        "fix": str | None}, ...}`` for ``native_decoder``, ``gpu_decoder``, ``kvikio``,
+        "fix": str | None}, ...}`` for ``native_decoder``, ``threads`` (what
+        ``num_workers=None`` starts, and why), ``gpu_decoder``, ``kvikio``,
         ``cufile``, ``obstore``, ``boto3``, ``torch`` and ``cuda``. ``fix`` is the command
         (or step) that turns an "off" capability on; None when it is on.
     """
@@ -162,6 +170,7 @@ def collect() -> dict[str, Any]:
     report: dict[str, Any] = {"version": __version__,
                               "python": f"{platform.python_version()} ({sys.executable})"}
     report["native_decoder"] = _guard("native decoder", _native)
+    report["threads"] = _guard("threads", _threads)  # what num_workers=None starts here
     torch_entry, torch = _torch()
     status, failed = _gds_status()
     cuda = _guard("CUDA", _cuda, status, torch) if status is not None else failed

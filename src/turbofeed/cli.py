@@ -173,7 +173,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     loader = turbofeed.DataLoader(data, batch_size=args.batch_size, num_workers=args.workers,
                                   shuffle=True, seed=0, transform=_transform_for(args.pipeline, args.size))
     print(f"{loader.num_samples} samples, {len(loader)} batches of {args.batch_size}, "
-          f"{args.workers} workers, pipeline {args.pipeline}")
+          f"{loader.num_threads} workers, pipeline {args.pipeline}")
     rates = []
     for epoch in range(args.warmup + args.epochs):
         loader.set_epoch(epoch)
@@ -190,7 +190,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rates.append(rate)
     if rates:
         print(f"median {np.median(rates):.0f} images/s over {len(rates)} epoch(s)")
-    print("stage profile (worker seconds):")
+    print("stage profile (seconds in the worker threads; then the consumer's wait):")
     print(loader.profile())
     bad = loader.stats.as_dict()
     if bad["errors"]:
@@ -297,8 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--count", type=positive, metavar="N", default=2000,
                        help="images in the demo set (no DATA)")
     bench.add_argument("--batch-size", type=positive, metavar="N", default=64, help="images per batch")
-    bench.add_argument("--workers", type=positive, metavar="N", default=os.cpu_count() or 2,
-                       help="decode threads (default: the CPU count, %(default)s here)")
+    bench.add_argument("--workers", type=positive, metavar="N", default=None,
+                       help="decode threads (default: the cores this process may use, as num_workers=None; "
+                            "`turbofeed doctor` shows how many)")
     bench.add_argument("--epochs", type=positive, metavar="N", default=2, help="timed epochs")
     bench.add_argument("--warmup", type=non_negative, metavar="N", default=1,
                        help="untimed epochs first (page cache, indexes)")

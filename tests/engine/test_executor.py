@@ -89,3 +89,31 @@ def test_an_error_in_posted_work_is_logged_not_lost(caplog):
             time.sleep(0.01)
     assert "posted failure" in caplog.text
     pool.close()
+
+
+@pytest.mark.parametrize("how", ["submit", "post"])
+def test_an_idle_thread_keeps_nothing_of_its_last_task_alive(how):
+    """A thread waiting for its next task must not hold the last one's arguments (a DALI
+    reader's pipeline, a pass's buffers): they are freed when the caller drops them."""
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    pool = Executor(1, "exec-test")
+    try:
+        payload = Payload()
+        alive = weakref.ref(payload)
+        done = threading.Event()
+        if how == "submit":
+            pool.submit(lambda p: p, payload).result(timeout=10)
+        else:
+            pool.post(lambda p: done.set(), payload)
+            assert done.wait(10)
+        time.sleep(0.05)  # the thread is back in its wait
+        del payload
+        gc.collect()
+        assert alive() is None
+    finally:
+        pool.close()

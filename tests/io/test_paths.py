@@ -26,6 +26,14 @@ from turbofeed.io import expand_braces, resolve
     ("a{0..1}-{x,y}.tar", ["a0-x.tar", "a0-y.tar", "a1-x.tar", "a1-y.tar"]),
     ("plain.tar", ["plain.tar"]),
     ("odd{name}.tar", ["odd{name}.tar"]),
+    # nested, stepped, letters, unbalanced (#27: the hand-written expansion got these wrong)
+    ("x{a,{b,c}}y", ["xay", "xby", "xcy"]),
+    ("d{0,1{0..1}}", ["d0", "d10", "d11"]),
+    ("s-{0..6..2}", ["s-0", "s-2", "s-4", "s-6"]),
+    ("s-{000..010..5}", ["s-000", "s-005", "s-010"]),
+    ("{a..c}.tar", ["a.tar", "b.tar", "c.tar"]),
+    ("open{brace.tar", ["open{brace.tar"]),
+    ("s3://b/p-{0..1}.tar", ["s3://b/p-0.tar", "s3://b/p-1.tar"]),
 ])
 def test_expand_braces(pattern, expected):
     assert expand_braces(pattern) == expected

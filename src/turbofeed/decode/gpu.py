@@ -7,10 +7,15 @@ Backends, in order of preference when ``backend="auto"``:
   fails to start (e.g. an API this code does not know) is passed over for torchvision.
 - ``torchvision``: ``torchvision.io.decode_jpeg(list, device="cuda")``, batched nvJPEG.
 
-Images a backend rejects (CMYK, unusual sampling, corrupt data) come back as None so
-the caller can decode them on the CPU; nothing here raises for one bad image. So do
-images over the pixel limit (:func:`turbofeed.decode.max_pixels`), refused from their
-header before the backend allocates for them; the CPU path then names the error.
+Images a backend rejects (unusual sampling, corrupt data) come back as None so the
+caller can decode them on the CPU; nothing here raises for one bad image. Some are
+known from their header and never sent (:func:`sendable`): data that is not a JPEG or
+whose header cannot be read, CMYK and YCCK JPEGs (nvJPEG fails the whole batch on one:
+measured on an H100), and images over the pixel limit
+(:func:`turbofeed.decode.max_pixels`), refused before the backend allocates for them;
+the CPU path then decodes them or names the error. torchvision's batched call gives no
+partial results: when it fails anyway, the batch is halved until the bad image is found
+(:func:`decode_bisecting`), about 2 log2(N) calls instead of one per image.
 
 A JPEG with damaged entropy-coded data may be decoded here into garbage without a word
 (nvJPEG does not report libjpeg's corrupt-data warnings): the loaders check each scan on
@@ -21,13 +26,42 @@ it yourself when you use :class:`GpuDecoder` directly.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._deps import simplejpeg
 from .limits import exceeds, max_pixels
 
 BACKENDS = ("nvimgcodec", "torchvision")
+
+#: JPEG colour spaces nvJPEG's RGB output does not take (simplejpeg's names).
+CPU_ONLY_COLORSPACES = frozenset({"CMYK", "YCCK"})
+
+
+def sendable(data: bytes | bytearray | memoryview, limit: int) -> bool:
+    """Whether ``data`` goes to the GPU decoder: a JPEG whose header reads, not CMYK or
+    YCCK, and not over ``limit`` pixels (0: no limit). About 1 us per header."""
+    if len(data) < 4 or bytes(data[:3]) != b"\xff\xd8\xff":
+        return False
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return False
+    return colorspace not in CPU_ONLY_COLORSPACES and not (limit and exceeds(height, width, limit))
+
+
+def decode_bisecting(decode_many: Callable[[list[Any]], Sequence[Any]], items: list[Any]) -> list[Any | None]:
+    """``decode_many(items)``, which fails as a whole when one item is bad; on failure the
+    halves are tried again, down to single items (None for each that fails alone)."""
+    if not items:
+        return []
+    try:
+        return list(decode_many(items))
+    except Exception:
+        if len(items) == 1:
+            return [None]
+        half = len(items) // 2
+        return decode_bisecting(decode_many, items[:half]) + decode_bisecting(decode_many, items[half:])
 
 
 class GpuDecodeUnavailable(RuntimeError):
@@ -92,7 +126,7 @@ class GpuDecoder:
                 self.description = f"{find_backend('torchvision')[1]}; {why}"
 
     def _open_nvimgcodec(self) -> None:
-        from nvidia import nvimgcodec
+        import nvidia.nvimgcodec as nvimgcodec
 
         self._nvimgcodec = nvimgcodec
         index = self.device.index  # always set (__init__)
@@ -108,26 +142,16 @@ class GpuDecoder:
 
     def decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         """One batched decode; returns a (3, H, W) uint8 tensor per input, None where rejected
-        (also where the header declares more than ``max_pixels`` pixels)."""
+        or not sent (:func:`sendable`: not a JPEG, CMYK/YCCK, over ``max_pixels`` pixels)."""
         if not datas:
             return []
-        keep = [i for i, data in enumerate(datas) if self._within_limit(data)]
+        keep = [i for i, data in enumerate(datas) if sendable(data, self.max_pixels)]
         if len(keep) == len(datas):
             return self._decode(datas)
         out: list[Any | None] = [None] * len(datas)
         for i, image in zip(keep, self._decode([datas[i] for i in keep]) if keep else []):
             out[i] = image
         return out
-
-    def _within_limit(self, data: bytes) -> bool:
-        """False for a JPEG declaring more than ``max_pixels`` (about 1 us per header)."""
-        if not self.max_pixels:
-            return True
-        try:
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        except ValueError:
-            return True  # not a readable JPEG header: the backend rejects it
-        return not exceeds(height, width, self.max_pixels)
 
     def _decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         if self.backend == "nvimgcodec":
@@ -163,15 +187,8 @@ class GpuDecoder:
         if not keep:
             return out
         encoded = [torch.frombuffer(bytearray(datas[i]), dtype=torch.uint8) for i in keep]
-        try:
-            images = list(decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device))
-        except Exception:  # one bad image fails the batch: find it, keep the rest
-            images = []
-            for e in encoded:
-                try:
-                    images.append(decode_jpeg(e, mode=ImageReadMode.RGB, device=self.device))
-                except Exception:
-                    images.append(None)
+        images = decode_bisecting(lambda part: decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device),
+                                  encoded)
         for i, image in zip(keep, images):
             out[i] = image
         return out

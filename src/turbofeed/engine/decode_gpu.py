@@ -19,6 +19,7 @@ import torch
 from ..decode.orientation import upright_chw
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
+from ..transforms.batched import to_device
 from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch, side_stream
 from .policy import PassPolicy
 from .stages import StageInfo
@@ -132,7 +133,7 @@ class GpuDecode:
         else:  # every sample of this part was skipped
             dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
             out = torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
-        labels = torch.tensor([e.label for e in kept], dtype=torch.int64).to(self.device)
+        labels = to_device(torch.tensor([e.label for e in kept], dtype=torch.int64), self.device)
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return out, labels
 

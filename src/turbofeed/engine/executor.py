@@ -131,19 +131,25 @@ class Executor:
                 continue
             if task is _WAKE:
                 break
-            future, fn, args = task
-            if future is None:
-                try:
-                    fn(*args)
-                except BaseException:  # noqa: BLE001 - post()ed work reports its own errors
-                    log.exception("turbofeed: uncaught error in thread %s", threading.current_thread().name)
-                continue
-            if not future.set_running_or_notify_cancel():
-                continue
+            self._run(*task)
+            # An idle thread must not keep its last task's callable and arguments (a pass's
+            # buffers, a reader's pipeline) alive until the next task comes.
+            del task
+
+    @staticmethod
+    def _run(future: Future | None, fn: Callable[..., Any], args: tuple) -> None:
+        if future is None:
             try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - travels to the caller through the future
-                future.set_exception(exc)
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - post()ed work reports its own errors
+                log.exception("turbofeed: uncaught error in thread %s", threading.current_thread().name)
+            return
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - travels to the caller through the future
+            future.set_exception(exc)
 
     def alive(self) -> bool:
         """True while any thread runs (or none was needed yet and the executor is open)."""

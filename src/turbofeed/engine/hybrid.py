@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..transforms.batched import normalize
+from ..transforms.batched import normalize, to_device
 from .decode_gpu import GpuDecode
 from .slots import Slot, SlotPool
 from .stages import FusedCpuDecode, StageInfo
@@ -171,13 +171,13 @@ class HybridDecode:
         images = rows.to(self.device, non_blocking=True) if self.gpu.stream is not None else rows.clone()
         kept = np.flatnonzero(job.ok[k:n])
         if len(kept) < n - k:  # skipped samples; an index of known length needs no device sync
-            images = images.index_select(0, torch.from_numpy(kept).to(images.device))
+            images = images.index_select(0, to_device(torch.from_numpy(kept), images.device))
         transform = self.gpu.transform
         if transform is not None and transform.output is not None:
             images = normalize(images, transform.output)
         if self.gpu.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        labels = torch.from_numpy(slot.host.labels[k:n][job.ok[k:n]].copy()).to(self.device)
+        labels = to_device(torch.from_numpy(slot.host.labels[k:n][job.ok[k:n]].copy()), self.device)
         return images, labels
 
     # -- timing --------------------------------------------------------------------------

@@ -32,6 +32,11 @@ log = logging.getLogger("turbofeed")
 
 #: Block size when there is no node cache to size it by (local shards streamed on request).
 LOCAL_BLOCK_BYTES = 4 << 30
+#: Most blocks a stretch of a stream mixes (:mod:`turbofeed.plan.overlap`): more makes
+#: blocks, hence the stretches the fetch stage reads ahead into, shorter.
+MAX_OVERLAP = 8
+#: Shards a batch should draw from; fewer (the cache holds too few shards) is warned about.
+DIVERSE_SHARDS = 8
 
 
 def shard_bytes(dataset: Dataset) -> np.ndarray:
@@ -54,12 +59,19 @@ def shard_bytes(dataset: Dataset) -> np.ndarray:
 
 
 def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks_per_node: int,
-                  canonical_nodes: int | None = None, block_bytes: int | None = None) -> StreamLayout | None:
+                  canonical_nodes: int | None = None, block_bytes: int | None = None,
+                  overlap: int | None = None, ahead: int = 0) -> StreamLayout | None:
     """The layout of a streamed order, or None when the pass reads the plain order.
 
     ``streaming=None`` streams exactly when the ``s3://`` shards do not fit the node cache
-    but two of the largest do (logged). The blocks hold half the cache per stream a node
-    reads, so the block being read and the next one fit together.
+    but two of the largest do (logged). Each stream a node reads gets ``window`` = the
+    cache over those streams; a stretch of a stream mixes ``overlap`` blocks and the next
+    block downloads meanwhile, so ``overlap + 1`` blocks must fit the window: blocks of
+    ``window / (overlap + 1)`` bytes, no smaller than the largest shard (a block holds
+    whole shards), ``overlap = window // largest - 1`` (1 to :data:`MAX_OVERLAP`) when the
+    fetch stage's reads, ``ahead`` positions of this rank past the batches done, stay
+    within a block, less when they may reach further (:func:`window_blocks`). A given
+    ``block_bytes`` (a resumed state's) comes with its ``overlap`` (default 1).
 
     Raises:
         StorageError: ``streaming=True`` with ``s3://`` shards that do not fit the node
@@ -92,9 +104,74 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
         return None
     canonical = canonical_nodes or nodes
     if block_bytes is None:
-        block_bytes = LOCAL_BLOCK_BYTES if cache is None else max(1, cache * nodes // (2 * canonical))
+        window = 2 * LOCAL_BLOCK_BYTES if cache is None else max(1, cache * nodes // canonical)
+        # the reads' lead in one stream's positions (a rank reads every W-th position of C streams)
+        per_sample = float(nbytes.sum()) / max(int(dataset.starts[-1]), 1)
+        lead = ahead * ranks_per_node * nodes / canonical * per_sample
+        overlap, block_bytes = window_blocks(window, nbytes, ahead_bytes=int(lead))
+        if cache is not None:
+            warn_low_diversity(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=int(lead))
     return StreamLayout(starts=dataset.starts, shard_bytes=nbytes, canonical_nodes=canonical,
-                        block_bytes=int(block_bytes), ranks_per_node=ranks_per_node)
+                        block_bytes=int(block_bytes), ranks_per_node=ranks_per_node, overlap=int(overlap or 1))
+
+
+def window_blocks(window: int, nbytes: np.ndarray, max_overlap: int | None = None,
+                  ahead_bytes: int = 0) -> tuple[int, int]:
+    """``(overlap, block_bytes)`` for a stream given ``window`` bytes of the cache, shards of
+    ``nbytes`` bytes and reads that run ``ahead_bytes`` (of samples) past the batches done.
+
+    The window holds ``t`` blocks of ``window // t`` bytes (at least the largest shard).
+    A stretch of the stream (:mod:`turbofeed.plan.overlap`) reads about a block, at least
+    ``block - largest`` bytes or a small shard's (the 10th percentile): the reads reach
+    ``k = ceil(ahead_bytes / that)`` stretches further (at least 1: the next block
+    downloads before it is read), each one more block held, so ``overlap = t - k``. The
+    ``t`` giving the most overlap (at most ``max_overlap``, default :data:`MAX_OVERLAP`)
+    wins; 1 (blocks of half the window: the plain block shuffle) when none gives more.
+    """
+    most = max(MAX_OVERLAP if max_overlap is None else max_overlap, 1)
+    largest = max(int(nbytes.max()), 1) if len(nbytes) else 1
+    small = max(int(np.percentile(nbytes, 10)), 1) if len(nbytes) else 1
+    best = (1, max(1, window // 2))
+    for t in range(3, window // largest + 1):
+        block = window // t
+        reach = max(1, -(-max(ahead_bytes, 0) // max(block - largest, small)))
+        overlap = min(t - reach, most)
+        if overlap > best[0]:
+            best = (overlap, block)
+    return best
+
+
+def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> float:
+    """About how many shards a streamed batch of this node draws from, with ``cache`` bytes
+    of node cache: the blocks each stretch mixes, over the mean shard, for every stream the
+    node reads (:func:`window_blocks`)."""
+    mean = max(float(nbytes.mean()), 1.0) if len(nbytes) else 1.0
+    streams = max(canonical // max(nodes, 1), 1)
+    overlap, block = window_blocks(max(1, cache * nodes // canonical), nbytes, ahead_bytes=ahead_bytes)
+    return streams * overlap * block / mean
+
+
+def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> None:
+    """Warn (once per loader, when it is made) when a streamed batch draws from fewer than
+    :data:`DIVERSE_SHARDS` shards because the cache holds too few at once, naming the
+    cache size that would give that many."""
+    if not len(nbytes):
+        return
+    want = min(DIVERSE_SHARDS, len(nbytes))
+    mixed = mixed_shards(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes)
+    if mixed >= want:
+        return
+    mean, step = max(float(nbytes.mean()), 1.0), max(int(nbytes.max()), 1) * canonical // max(nodes, 1)
+    need = cache
+    for _ in range(4 * DIVERSE_SHARDS):  # a shard more at a time (the overlap grows with the cache)
+        need += step
+        if mixed_shards(nbytes, need, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes) >= want:
+            break
+    log.warning("turbofeed: streamed batches draw from about %.1f shards each (the node cache of %d bytes holds "
+                "%.1f shards of %d bytes on average; each shard is held whole while it is read, and the next "
+                "ones download ahead): batches mix little. Raise S3Config(cache_max_bytes=...) or "
+                "TURBOFEED_S3_CACHE_SIZE to %d bytes (%dM) for about %d shards per batch",
+                mixed, cache, cache / mean, int(mean), need, -(-need >> 20), want)
 
 
 def warn_copies_overflow(dataset: Dataset) -> None:

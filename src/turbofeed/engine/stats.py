@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from .counters import Counters
-from .timeline import Timeline
+from .timeline import CONSUMER_STAGE, Timeline
 
 STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")
 COUNTS = ("samples", "batches", "errors", "replaced", "skipped", "bytes_read")
@@ -112,7 +112,9 @@ class Stats:
                 f"damaged_shards={self.damaged_shards})")
 
     def profile(self) -> str:
-        """One line per stage that ran: seconds and share of the total, biggest first.
+        """One line per worker stage that ran: seconds and share of the workers' total,
+        biggest first; then the consumer's ``wait`` for batches on a line of its own (it
+        is the training loop's thread, not a worker's: no share of theirs).
 
         Stages that never ran (``decode.gpu`` on the CPU path, ``augment`` and ``collate``
         where decoding writes straight into the batch) are left out: rows of 0.000 s
@@ -122,6 +124,10 @@ class Stats:
             ran = {k: v for k, v in self.seconds.items() if v > 0}
         if not ran:
             return "(no stage has run yet)"
+        wait = ran.pop(CONSUMER_STAGE, None)
         total = sum(ran.values())
         rows = sorted(ran.items(), key=lambda kv: -kv[1])
-        return "\n".join(f"{k:<11} {v:9.3f} s {100 * v / total:5.1f}%" for k, v in rows)
+        lines = [f"{k:<11} {v:9.3f} s {100 * v / total:5.1f}%" for k, v in rows]
+        if wait is not None:
+            lines.append(f"{CONSUMER_STAGE:<11} {wait:9.3f} s  (the consumer waiting for batches, not a worker)")
+        return "\n".join(lines)

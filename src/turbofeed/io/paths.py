@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar, Union
+
+from braceexpand import braceexpand
 
 from ..errors import DatasetError
 
@@ -20,33 +21,20 @@ T = TypeVar("T")
 #: The dataset index's file name (:mod:`turbofeed.io.dsindex`): never data, so patterns skip it.
 INDEX_NAME = "turbofeed.index"
 
-_BRACE = re.compile(r"\{([^{}]*)\}")
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
-
-
 def expand_braces(pattern: str) -> list[str]:
-    """Expand WebDataset/bash brace patterns, left to right.
+    """Expand WebDataset/bash brace patterns with the ``braceexpand`` library (as
+    WebDataset does), left to right.
 
     ``shard-{000000..000002}.tar`` -> shard-000000.tar, shard-000001.tar, shard-000002.tar
-    (zero padding follows the first bound); ``{train,val}`` -> train, val.
+    (zero padding follows the bounds); ``{train,val}`` -> train, val; stepped
+    ``{0..6..2}`` -> 0, 2, 4, 6; letters ``{a..c}``; nested ``x{a,{b,c}}`` -> xa, xb, xc.
+    Braces that are no pattern (``odd{name}``, ``{}``, one left open) stay as written;
+    backslashes are part of the path, not escapes.
     """
-    match = _BRACE.search(pattern)
-    if match is None:
-        return [pattern]
-    body = match.group(1)
-    head, tail = pattern[:match.start()], pattern[match.end():]
-    numeric = _RANGE.match(body)
-    if numeric:
-        lo, hi = int(numeric.group(1)), int(numeric.group(2))
-        width = len(numeric.group(1)) if numeric.group(1).startswith("0") else 0
-        step = 1 if hi >= lo else -1
-        options = [str(v).zfill(width) for v in range(lo, hi + step, step)]
-    elif "," in body:
-        options = body.split(",")
-    else:
-        options = ["{" + body + "}"]  # not a pattern: keep literally
-        return [head + options[0] + t for t in expand_braces(tail)]
-    return [head + o + t for o in options for t in expand_braces(tail)]
+    try:
+        return list(braceexpand(pattern, escape=False))
+    except ValueError:  # its UnbalancedBracesError (a ValueError; the library's stub does not declare it)
+        return [pattern]  # not a pattern: a path that holds a brace (missing ones are named later)
 
 
 def expand_local(text: str, classify: Callable[[str], list[T]]) -> list[T]:

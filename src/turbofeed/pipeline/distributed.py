@@ -28,7 +28,7 @@ class DistributedPipeline(Pipeline):
     """
 
     def __init__(self, tar_paths: PathSpec, rank: int | None = None, world_size: int | None = None,
-                 local_rank: int | None = None, num_workers: int = 4, decode_jpeg: bool = True,
+                 local_rank: int | None = None, num_workers: int | None = None, decode_jpeg: bool = True,
                  gpu_decode: bool | Any = False, shuffle: bool = False, **kwargs: Any) -> None:
         env = detect(rank, world_size, local_rank)
         self.local_rank = env.local_rank

@@ -22,6 +22,8 @@ from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
+from ..torch.env import RankChoice
+from ..torch.threads import choose_threads
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
@@ -116,14 +118,20 @@ class Pipeline:
 
     Args:
         tar_paths: anything :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
-        num_workers: worker threads.
+        num_workers: worker threads; None (default): the cores this process may use divided
+            by the ranks on this node (as :class:`turbofeed.DataLoader`).
         decode_jpeg: decode images (else samples carry the encoded bytes).
         shuffle, seed: the order, a pure function of (seed, epoch).
         transform: optional :class:`turbofeed.transforms.Compose` applied per sample (images
             are float when it ends with ``Normalize``/``ToDtype``).
         on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples (bad data
             only: storage faults raise :class:`turbofeed.StorageError` in every mode).
-        rank, world_size: this process's share of the data (strided split).
+        rank, world_size: this process's share of the data (strided split), whatever the
+            environment says.
+        enable_distributed: without ``rank``/``world_size``: ``None`` (default) splits where
+            ``torch.distributed`` is initialised or a launcher says there are several ranks
+            (one WARNING naming them), ``True`` likewise, ``False`` reads every sample on
+            every rank; read again at each ``start()`` (see :class:`turbofeed.DataLoader`).
         gpu_decode: ``True`` decodes on GPU ``device_id`` with nvJPEG: threads only read
             bytes (and pick crop windows), each chunk of samples is decoded in one call
             and transformed there in one batched op, and ``Sample.get_gpu_tensor()``
@@ -169,9 +177,10 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
-    def __init__(self, tar_paths: PathSpec, num_workers: int = 4, decode_jpeg: bool = True, *,
+    def __init__(self, tar_paths: PathSpec, num_workers: int | None = None, decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
-                 on_error: str = "replace", rank: int = 0, world_size: int = 1,
+                 on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
+                 enable_distributed: bool | None = None,
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
                  format_options: dict | None = None, s3: S3Config | None = None,
@@ -194,21 +203,30 @@ class Pipeline:
                              f"{self.transform.callables[0]!r} is a callable: apply it to "
                              "sample.get_image(), or use turbofeed.DataLoader, which runs callables "
                              "in its worker threads")
-        self.num_workers = num_workers
+        self.num_workers = choose_threads().threads if num_workers is None else num_workers
         self.decode_jpeg = decode_jpeg
         self.shuffle = shuffle
         self.seed = seed
-        self.rank, self.world_size = rank, world_size
+        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again when a pass is planned
+        env = self._ranks.resolve()
+        self.rank, self.world_size = env.rank, env.world_size
         self.gpu_decode, self.device_id = gpu_decode, device_id
         self.decoder = open_gpu_decoder(gpu_decode, f"cuda:{device_id}", self.stats, stacklevel=3) \
             if decode_jpeg else None
-        self.prefetch = prefetch or max(2, num_workers)
+        self.prefetch = prefetch or max(2, self.num_workers)
         self.epoch = 0
         self._engine: Engine | None = None
         self._ready: deque[Sample] = deque()
 
+    def _sync_ranks(self) -> None:
+        """This rank's share as the environment says now (not while a pass runs)."""
+        if self._engine is None:
+            env = self._ranks.resolve()
+            self.rank, self.world_size = env.rank, env.world_size
+
     def __len__(self) -> int:
         """Samples per epoch for this rank."""
+        self._sync_ranks()
         return len(make_epoch_plan(self.dataset.num_samples, batch_size=1, seed=self.seed, epoch=0,
                                    shuffle=False, rank=self.rank, world_size=self.world_size).order)
 
@@ -223,6 +241,7 @@ class Pipeline:
         if self._engine is not None:
             return
         self._source.refresh()
+        self._sync_ranks()
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)

@@ -17,13 +17,15 @@ round, as in a whole streamed epoch, and the nodes keep reading disjoint streams
     ...
     R-1       (R-1)L .. size-1  the rest (size - (R-1)L samples)
 
-``L = canonical_nodes * m``, ``m`` the samples of about :data:`ROUND_BLOCKS` blocks
-(``block_bytes`` over the dataset's mean bytes per sample), at most :data:`MAX_ROUND`
+``L = canonical_nodes * m``, ``m`` the samples of about ``ROUND_BLOCKS * q (q + 1) / 2``
+blocks (:data:`ROUND_BLOCKS` with ``q = overlap`` 1; more with overlapping blocks, whose
+last ``q - 1`` stretches per round mix fewer blocks) over the dataset's mean bytes per
+sample, at most :data:`MAX_ROUND`
 samples in all: a round holds several blocks per stream, so only one visit per group
 and round is cut short, and takes at most a few MB. A block's samples come from the
-shards of that block (the fetch stage holds the shards of a block and the next one,
-:class:`turbofeed.io.s3.stream.ShardStream`); a shard drawn in two blocks is fetched
-for each (from the node cache while it is still there).
+shards of that block (the fetch stage holds the shards of the ``overlap`` blocks being
+read and the next one, :class:`turbofeed.io.s3.stream.ShardStream`); a shard drawn in two
+blocks is fetched for each (from the node cache while it is still there).
 
 Ranks split ``G`` as :func:`turbofeed.plan.streaming.stream_rank_order` does (residue
 ``l * nodes + n``, padding with the rank's own last samples), lazily:
@@ -52,7 +54,10 @@ def round_length(layout: StreamLayout) -> int:
     """``L``: positions per round, a multiple of ``canonical_nodes`` (module docstring)."""
     sizes = np.diff(np.asarray(layout.starts, dtype=np.int64))
     mean = float(np.sum(layout.shard_bytes)) / max(int(sizes.sum()), 1)  # bytes per sample
-    per_stream = int(ROUND_BLOCKS * layout.block_bytes / max(mean, 1.0))
+    # overlap q: the q - 1 stretches at a round's end mix fewer blocks (plan/overlap.py), so a
+    # round holds q (q + 1) / 2 times more blocks (the same ROUND_BLOCKS with q = 1)
+    q = layout.overlap
+    per_stream = int(ROUND_BLOCKS * q * (q + 1) // 2 * layout.block_bytes / max(mean, 1.0))
     per_stream = min(per_stream, MAX_ROUND // layout.canonical_nodes)
     return layout.canonical_nodes * max(1, per_stream)
 
@@ -95,7 +100,8 @@ class StreamRounds(LazyChunks[tuple[np.ndarray, np.ndarray]]):
         visits = draw_round(d.shard_sizes, seed=self.seed, epoch=self.epoch, round=r, size=size, groups=d.groups,
                             weights=d.weights)
         return stream_blocks(lay.starts, lay.shard_bytes, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                             canonical_nodes=lay.canonical_nodes, block_bytes=lay.block_bytes, visits=visits, key=r)
+                             canonical_nodes=lay.canonical_nodes, block_bytes=lay.block_bytes, visits=visits, key=r,
+                             overlap=lay.overlap)
 
     def _ids(self, chunk: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return chunk[0]

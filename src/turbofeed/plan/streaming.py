@@ -10,6 +10,8 @@ Example: 6 shards ``A..F`` of 4 samples, ``canonical_nodes=2``, blocks of 2 shar
     3. each stream cut into blocks of      stream 0: [C A] [F]           stream 1: [B E] [D]
        whole shards that fit block_bytes
     4. samples permuted inside a block     stream 0: a2 c0 a1 c3 c1 a0 c2 a3 | f1 f3 f0 f2
+       (``overlap`` > 1: each stretch of a stream mixes that many consecutive blocks,
+       :mod:`turbofeed.plan.overlap`)
     5. streams interleaved: position p of  G = s0[0] s1[0] s0[1] s1[1] ...  (G[p] is from stream p % 2)
        the global order G is from stream
        ``p % canonical_nodes``
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .mixing import ShardVisits, draw_epoch
+from .overlap import overlap_order
 
 _TAG = 0x5354  # "ST": keeps these draws apart from the other uses of (seed, epoch)
 
@@ -56,6 +59,8 @@ class StreamLayout:
         block_bytes: the most bytes of shards in one block.
         ranks_per_node: ranks sharing one node (and its cache); ranks are numbered node
             by node.
+        overlap: blocks each stretch of a stream draws its samples from
+            (:mod:`turbofeed.plan.overlap`); 1: samples mixed inside one block only.
     """
 
     starts: np.ndarray
@@ -63,15 +68,18 @@ class StreamLayout:
     canonical_nodes: int
     block_bytes: int
     ranks_per_node: int = 1
+    overlap: int = 1
 
     def state(self) -> dict:
-        """The fields a resume state keeps so that the resumed order is the same."""
-        return {"canonical_nodes": int(self.canonical_nodes), "block_bytes": int(self.block_bytes)}
+        """The fields a resume state keeps so that the resumed order is the same (a state
+        without ``overlap``, saved before it existed, resumes with 1: the order it had)."""
+        return {"canonical_nodes": int(self.canonical_nodes), "block_bytes": int(self.block_bytes),
+                "overlap": int(self.overlap)}
 
 
 def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
                  canonical_nodes: int, block_bytes: int,
-                 visits: ShardVisits | None = None) -> np.ndarray:
+                 visits: ShardVisits | None = None, overlap: int = 1) -> np.ndarray:
     """The global order ``G`` of a streamed epoch (see the module docstring).
 
     Args:
@@ -81,29 +89,34 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
         block_bytes: the most bytes of shards in one block (a larger shard is a block alone).
         visits: the samples of an epoch drawn with resampling or weights
             (:class:`turbofeed.plan.mixing.EpochDraw`); default every shard once.
+        overlap: blocks each stretch of a stream draws from (:mod:`turbofeed.plan.overlap`);
+            1 permutes samples inside each block (step 4 above).
 
     Returns:
         int64 sample ids, one per position of the epoch.
     """
     return stream_blocks(starts, shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
-                         canonical_nodes=canonical_nodes, block_bytes=block_bytes, visits=visits)[0]
+                         canonical_nodes=canonical_nodes, block_bytes=block_bytes, visits=visits,
+                         overlap=overlap)[0]
 
 
 def stream_blocks(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
                   canonical_nodes: int, block_bytes: int, visits: ShardVisits | None = None,
-                  key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  key: int | None = None, overlap: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`stream_order` and the block of every position.
 
     Args:
         key: one more number the generator is keyed by (a resampled epoch's round,
             :mod:`turbofeed.plan.stream_rounds`); None for a whole epoch.
+        overlap: as for :func:`stream_order`.
 
     Returns:
         ``(order, block)``: int64 sample ids, and int64 block numbers (stream 0's blocks
         ``0, 1, ..``, then stream 1's, ...) of the same length.
     """
-    if canonical_nodes < 1 or block_bytes < 1:
-        raise ValueError(f"canonical_nodes and block_bytes must be >= 1, got {canonical_nodes}, {block_bytes}")
+    if canonical_nodes < 1 or block_bytes < 1 or overlap < 1:
+        raise ValueError(f"canonical_nodes, block_bytes and overlap must be >= 1, got {canonical_nodes}, "
+                         f"{block_bytes}, {overlap}")
     starts = np.asarray(starts, dtype=np.int64)
     if visits is None:
         visits = draw_epoch(np.diff(starts), seed=seed, epoch=epoch)  # every shard once
@@ -126,10 +139,13 @@ def stream_blocks(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epo
         lo, hi = int(edges[c]), int(edges[c + 1])
         stream, tags = seq[lo:hi], np.empty(hi - lo, dtype=np.int64)
         for b0, b1 in _blocks(seq_shard[lo:hi], per_sample, block_bytes):
-            if shuffle:
+            if shuffle and overlap == 1:  # the plain block shuffle, draws as before overlap existed
                 stream[b0:b1] = rng.permutation(stream[b0:b1])
             tags[b0:b1] = numbered
             numbered += 1
+        if shuffle and overlap > 1:
+            perm = overlap_order(tags, overlap, rng, last=key is None)  # a round is followed by the next
+            stream, tags = stream[perm], tags[perm]
         out[c::canonical_nodes] = stream
         block[c::canonical_nodes] = tags
     return out, block

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..plan import check_data, check_state, make_state
@@ -54,12 +55,18 @@ class EpochBook:
         """Samples in every epoch's global order."""
         return self.dataset.num_samples
 
+    def _reindex_changed(self) -> None:
+        """Before a pass, with no other pass running: re-index shards changed on disk."""
+
     def _stream_state(self) -> dict[str, Any]:
         """Extra state fields of the order (streaming mode's layout); none by default."""
         return {}
 
     def _adopt_stream_state(self, state: dict) -> None:
         """Take the order's extra fields from a resumed ``state``."""
+
+    def _sync_ranks(self) -> None:
+        """Take the rank and world size the environment says now (between passes)."""
 
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` in every following pass (every rank must pass the same value).
@@ -101,6 +108,7 @@ class EpochBook:
         12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
         after all 12, ``epoch=3, batches_done=0``.
         """
+        self._sync_ranks()
         return make_state(epoch=self._epoch, samples_done=self.samples_done,
                           batches_done=self._batches_base + self._batches_done, seed=self.seed,
                           world_size=self.world_size, plan=self._fingerprint, data=self.dataset.content_print(),
@@ -127,6 +135,7 @@ class EpochBook:
                 differs), or naming the field that does not match (version, seed, or
                 ``plan`` when shuffle, drop_last or the mixing options changed).
         """
+        self._sync_ranks()
         check_data(state, self.dataset.content_print())
         check_state(state, seed=self.seed, plan=self._fingerprint)
         self._adopt_stream_state(state)
@@ -157,6 +166,24 @@ class EpochBook:
             self._epoch = self._upcoming_epoch()
             self._start = min(self._epoch_samples(), batches * self.batch_size * self.world_size)
             self._batches_done, self._batches_base, self._resume = 0, batches, True
+
+    def _new_pass(self, make: Callable[..., _LoaderIterator]) -> _LoaderIterator:
+        """``iter(loader)``: a pass ``make(loader, epoch, start, base)`` of the upcoming
+        epoch (the resumed one after :meth:`load_state_dict`); the position follows it."""
+        with self._iter_lock:
+            if not self._live_passes():  # a running pass may be reading the shards: left as they are
+                self._reindex_changed()
+            if self._resume:
+                epoch, start, base = self._epoch, self._start, self._batches_base
+                self._resume = False
+            else:
+                epoch = self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+                start = base = 0
+            it = make(self, epoch, start, base)
+            self._follow(it)
+            self._active = weakref.ref(it)
+            self._passes.add(it)
+        return it
 
     def _follow(self, it: _LoaderIterator) -> None:
         """The position is that of pass ``it`` (caller holds ``_iter_lock``)."""

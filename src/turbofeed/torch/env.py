@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass
+
+log = logging.getLogger("turbofeed")
 
 # Checked in order after explicit arguments and torch.distributed:
 # torchrun/Kubeflow, SLURM, Horovod (gloo/mpi launchers), Open MPI, MPICH/PMI.
@@ -81,3 +85,66 @@ def _from_environ() -> DistEnv | None:
             return DistEnv(int(os.environ[rank_var]), int(os.environ[size_var]),
                            int(os.environ.get(local_var, 0)), name)
     return None
+
+
+# (rank, world, source) already announced by this process: a job with a train and a val
+# loader, or a loader read again at every pass, says it once.
+_announced: set[tuple[str, int, int, str]] = set()
+_announced_lock = threading.Lock()
+
+
+def _once(kind: str, env: DistEnv) -> bool:
+    with _announced_lock:
+        key = (kind, env.rank, env.world_size, env.source)
+        if key in _announced:
+            return False
+        _announced.add(key)
+        return True
+
+
+class RankChoice:
+    """``enable_distributed`` resolved into this process's share, read again whenever a
+    loader plans a pass (Lightning builds its loaders before or after
+    ``init_process_group`` depending on where the user builds them; Accelerate's
+    ``prepare()`` hands the loader back unchanged, often built before the process group).
+
+    ====================  ========================================================
+    ``enable_distributed``  the share
+    ====================  ========================================================
+    ``None`` (default)    split where ``torch.distributed`` is initialised or a
+                          launcher says world size > 1 (one WARNING naming it);
+                          the whole dataset in a single process
+    ``True``              split as the launcher or process group says (world 1: all)
+    ``False``             the whole dataset on every rank (one WARNING when a
+                          launcher says world size > 1)
+    ``rank``/``world_size`` given  that share, whatever the environment says
+    ====================  ========================================================
+    """
+
+    def __init__(self, enable_distributed: bool | None, rank: int | None, world_size: int | None) -> None:
+        if enable_distributed not in (None, True, False):
+            raise ValueError(f"enable_distributed must be None (auto), True or False, got {enable_distributed!r}")
+        self.mode = enable_distributed
+        self.fixed = rank is not None or world_size is not None
+        self.rank, self.world_size = rank, world_size
+
+    def resolve(self) -> DistEnv:
+        """The share to use now (cheap: a dictionary look-up and a few variables).
+
+        Raises:
+            ValueError: the values found are inconsistent (rank outside the world size).
+        """
+        if self.fixed:
+            return detect(self.rank, self.world_size)
+        found = detect()
+        if self.mode is False:
+            if found.world_size > 1 and _once("whole", found):
+                log.warning("turbofeed: enable_distributed=False: %s says there are %d ranks, and every one "
+                            "of them reads the whole dataset; leave enable_distributed unset to split it",
+                            found.source, found.world_size)
+            return detect(0, 1)
+        if found.world_size > 1 and self.mode is None and _once("split", found):
+            log.warning("turbofeed: splitting the data across %d ranks: this is rank %d (from %s); "
+                        "enable_distributed=False reads all of it on every rank",
+                        found.world_size, found.rank, found.source)
+        return found

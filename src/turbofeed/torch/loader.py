@@ -26,7 +26,8 @@ from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from ._torchargs import constructor_arguments, torch_arguments
 from .device import gpu_available
-from .env import detect
+from .env import RankChoice
+from .threads import choose_threads
 
 log = logging.getLogger("turbofeed")
 
@@ -38,9 +39,11 @@ class DataLoader(EpochBook, TorchDropIn):
         data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
             a folder of ``.tar`` shards, or an ImageFolder root.
         batch_size: samples per batch.
-        num_workers: worker threads (decode and resize release the GIL); 0: no threads,
-            each batch is read and decoded in the consumer's thread when asked for, as
-            torch's ``num_workers=0`` (nothing decoded ahead).
+        num_workers: worker threads (decode and resize release the GIL). None (default):
+            the cores this process may use (CPU affinity, cgroup quota) divided by the
+            ranks on this node, at least 1 (:func:`turbofeed.torch.threads.choose_threads`;
+            ``turbofeed doctor`` shows the choice). 0: no threads, each batch is read and
+            decoded in the consumer's thread when asked for, as torch's ``num_workers=0``.
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).
         seed: the seed of the order and of the random augmentations.
         drop_last: drop the last partial batch (and, distributed, the uneven tail).
@@ -53,10 +56,14 @@ class DataLoader(EpochBook, TorchDropIn):
             a batch whose outputs agree in shape and dtype is stacked, else a list. A
             callable that raises, or returns None or what is not a tensor or an array,
             stops the pass with :class:`turbofeed.UserCodeError` (see ``user_errors``).
-        enable_distributed: split the data across ranks; rank and world size come from
-            ``rank``/``world_size``, else torch.distributed, torchrun, SLURM, Horovod or
-            MPI variables.
-        rank, world_size: explicit distributed position.
+        enable_distributed: ``None`` (default): split the data across ranks where
+            ``torch.distributed`` is initialised or a launcher's variables (torchrun,
+            SLURM, Horovod, MPI) say the world size is above 1, with one WARNING naming
+            rank, world size and where they came from; read again when each pass is
+            planned, so a loader built before ``init_process_group`` (Lightning,
+            Accelerate) splits too. ``True``: split likewise. ``False``: every rank reads
+            the whole dataset (one WARNING under a launcher of several ranks).
+        rank, world_size: explicit distributed position (wins over the environment).
         device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
             the GPU (uint8 copied asynchronously, normalised there).
         pin_memory: page-locked host batches; default: when delivering to CUDA.
@@ -144,15 +151,11 @@ class DataLoader(EpochBook, TorchDropIn):
             window onto the stored pixels and turns only its output (within 1 level of
             Pillow's resize of the turned image); the GPU path turns each decoded image.
 
-    torch's own arguments (``dataset=``, ``collate_fn``, ``timeout``, ``generator``,
-    ``prefetch_factor``, ...) are taken with their meaning, or refused with a one-line
-    reason saying what to use instead: the table in :mod:`turbofeed.torch._torchargs`.
-
+    torch's own arguments (``collate_fn``, ``timeout``, ``generator``...) are taken with
+    their meaning or refused saying what to use instead (:mod:`turbofeed.torch._torchargs`).
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
     ``num_workers`` (0 processes; threads: ``num_threads``)...: :class:`~turbofeed.torch._compat.TorchDropIn`.
-    Two iterators of one loader run independently (a train loader reused for
-    validation mid-epoch), and a loader pickles and deep-copies as its configuration.
 
     Example::
 
@@ -164,9 +167,10 @@ class DataLoader(EpochBook, TorchDropIn):
                 ...
     """
 
-    def __init__(self, data: PathSpec | None = None, batch_size: int = 64, num_workers: int = 4, shuffle: bool = False,
-                 *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
-                 enable_distributed: bool = False, rank: int | None = None, world_size: int | None = None,
+    def __init__(self, data: PathSpec | None = None, batch_size: int = 64, num_workers: int | None = None,
+                 shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
+                 transform: Compose | list | None = None,
+                 enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
@@ -177,8 +181,7 @@ class DataLoader(EpochBook, TorchDropIn):
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
-                 apply_exif_orientation: bool = False,
-                 index: str | os.PathLike | bool | None = None,
+                 apply_exif_orientation: bool = False, index: str | os.PathLike | bool | None = None,
                  # torch.utils.data.DataLoader's own arguments: torch/_torchargs.py says what each comes to
                  dataset: PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
                  collate_fn: Callable[[list], Any] | None = None, timeout: float = 0, worker_init_fn: Any = None,
@@ -190,6 +193,9 @@ class DataLoader(EpochBook, TorchDropIn):
         data, seed, prefetch, collate = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.collate
         shuffle = torch_args.shuffle
         self.apply_exif_orientation = apply_exif_orientation
+        self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
+        if num_workers is None:
+            num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
         self.user_errors = check_user_errors(user_errors)
@@ -212,13 +218,13 @@ class DataLoader(EpochBook, TorchDropIn):
         self.prefetch = prefetch
         self.channels_last = channels_last
         self.return_keys = return_keys
-        if enable_distributed or rank is not None or world_size is not None:
-            env = detect(rank, world_size)
-        else:
-            env = detect(0, 1)
+        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again before each pass
+        env = self._ranks.resolve()
         self.rank, self.world_size = env.rank, env.world_size
+        self._streaming = streaming
         self.stream_layout: StreamLayout | None = stream_layout(
-            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size)
+            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size,
+            ahead=(prefetch + 2) * batch_size)  # how far the fetch stage reads ahead (fetch_stage)
         # drawn again from the dataset when its shards change (_reindex_changed)
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, s3=s3)
@@ -273,6 +279,7 @@ class DataLoader(EpochBook, TorchDropIn):
 
     def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
         """This rank's plan of ``epoch`` after ``start`` samples of its global order."""
+        self._sync_ranks()
         return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
@@ -281,13 +288,14 @@ class DataLoader(EpochBook, TorchDropIn):
         return {} if self.stream_layout is None else self.stream_layout.state()
 
     def _adopt_stream_state(self, state: dict) -> None:
-        """A streamed epoch resumes with the layout that ordered it (its canonical nodes
-        and block size), whatever this run's node count and cache would choose."""
+        """A streamed epoch resumes with the layout that ordered it (its canonical nodes,
+        block size and overlap), whatever this run's node count and cache would choose."""
         layout = self.stream_layout
         if layout is None or "canonical_nodes" not in state:
             return
         self.stream_layout = dataclasses.replace(layout, canonical_nodes=int(state["canonical_nodes"]),
-                                                 block_bytes=int(state["block_bytes"]))
+                                                 block_bytes=int(state["block_bytes"]),
+                                                 overlap=int(state.get("overlap", 1)))  # 1: saved before it
 
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
@@ -301,7 +309,25 @@ class DataLoader(EpochBook, TorchDropIn):
         return decoder
 
     # -- sizes -------------------------------------------------------------------------
+    def _sync_ranks(self) -> None:
+        """Take the rank and world size the environment says now, between passes (a
+        process group started after the loader was built: Lightning, Accelerate)."""
+        if self._live_passes():
+            return  # running passes keep the split they were planned with
+        env = self._ranks.resolve()
+        if (env.rank, env.world_size) == (self.rank, self.world_size):
+            return
+        self.rank, self.world_size = env.rank, env.world_size
+        if self._auto_threads:  # the node's ranks share its cores
+            self.num_threads = choose_threads().threads
+        self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
+                                           ranks_per_node=env.local_world_size)
+        if len(self) == 0:
+            raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
+                             f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
+
     def _per_rank(self) -> int:
+        self._sync_ranks()
         n, w = self._epoch_samples(), self.world_size
         return n // w if self.drop_last else -(-n // w)
 
@@ -334,32 +360,11 @@ class DataLoader(EpochBook, TorchDropIn):
             list(loader)                 # epoch 1, all 12 batches
             for step, batch in zip(range(len(loader)), loader): ...   # epoch 2, 12 steps
 
-        Iterators are independent, as torch's: a newer ``iter(loader)`` (on any thread)
-        leaves a running one going, each with its own epoch, position and threads, e.g.
-        a train loader reused for validation in the middle of an epoch::
-
-            train = iter(loader); next(train)   # epoch 0, batch 0
-            val = list(loader)                  # a whole pass (epoch 1)
-            next(train)                         # epoch 0, batch 1: train goes on
-
-        ``state_dict()`` follows the pass that last delivered a batch or started
-        (:mod:`turbofeed.torch._epochs`); drop or ``close()`` an iterator you abandon
-        (its threads wait for it otherwise, until it is garbage-collected).
+        Iterators are independent, as torch's (a train loader reused for validation
+        mid-epoch; ``state_dict()`` follows: :mod:`turbofeed.torch._epochs`). Close or drop
+        an iterator you abandon: its threads wait for it until it is garbage-collected.
         """
-        with self._iter_lock:
-            if not self._live_passes():  # a running pass may be reading the shards: left as they are
-                self._reindex_changed()
-            if self._resume:
-                epoch, start, base = self._epoch, self._start, self._batches_base
-                self._resume = False
-            else:
-                epoch = self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
-                start = base = 0
-            it = _LoaderIterator(self, epoch, start, base)
-            self._follow(it)
-            self._active = weakref.ref(it)
-            self._passes.add(it)
-        return it
+        return self._new_pass(_LoaderIterator)
 
     def _reindex_changed(self) -> None:
         """Before a pass (no worker running): re-index the shards changed on disk since

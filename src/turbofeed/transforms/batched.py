@@ -76,12 +76,16 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
     """
     n, _, height, width = images.shape
     out_h, out_w = out_size
-    sizes = sizes.to(images.device, torch.float32)
-    boxes = boxes.to(images.device, torch.float32)
+    # one copy to the device for the three small tables (each pageable copy would wait)
+    parts = [sizes.to(torch.float32), boxes.to(torch.float32)]
+    if flips is not None:
+        parts.append(flips.to(torch.float32).reshape(-1, 1))
+    table = to_device(torch.cat([p.reshape(n, -1) for p in parts], 1), images.device)
+    sizes, boxes = table[:, 0:2], table[:, 2:6]
     wy = axis_weights(sizes[:, 0], boxes[:, 1], boxes[:, 3], out_h, height)  # (N, out_h, H)
     wx = axis_weights(sizes[:, 1], boxes[:, 0], boxes[:, 2], out_w, width)   # (N, out_w, W)
     if flips is not None:
-        wx = torch.where(flips.to(images.device)[:, None, None], wx.flip(1), wx)
+        wx = torch.where(table[:, 6, None, None] > 0.5, wx.flip(1), wx)
     pixels = images.to(torch.float32)
     # Horizontal pass first on all rows, then vertical: (N,3,H,W) -> (N,3,H,out_w) -> (N,3,out_h,out_w).
     horizontal = torch.matmul(pixels, wx.transpose(1, 2)[:, None])          # (N, 3, H, out_w)
@@ -93,6 +97,15 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
     if channels_last:
         result = result.contiguous(memory_format=torch.channels_last)
     return result
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``. A host tensor bound for a CUDA device goes through pinned
+    memory without the host waiting: a copy from pageable memory makes the host wait for
+    the stream, that is for the batch's decode and resize queued before it."""
+    if device.type != "cuda" or tensor.device.type == "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def normalize(images: torch.Tensor, spec: OutputSpec, channels_first: bool = True) -> torch.Tensor:

@@ -1,0 +1,72 @@
+"""What turbofeed's GPU decoder sends to nvJPEG, and how a failing batch is split: both run
+without a GPU (the decoder itself needs one: tests/gpu/test_on_gpu.py)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from turbofeed.decode.gpu import decode_bisecting, sendable
+
+
+def test_jpegs_nvjpeg_takes_are_sent(odd_images):
+    for kind in ("rgb", "gray", "progressive"):
+        assert sendable(odd_images[kind], 0), kind
+
+
+@pytest.mark.parametrize("mode", ["CMYK"])
+def test_cmyk_is_kept_from_the_gpu(mode):
+    """On an H100, one CMYK JPEG failed torchvision's whole batched nvJPEG call."""
+    out = io.BytesIO()
+    Image.new(mode, (32, 24)).save(out, "JPEG")
+    assert not sendable(out.getvalue(), 0)
+
+
+def test_what_is_not_a_readable_jpeg_is_not_sent(odd_images):
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, "PNG")
+    for data in (b"", b"\xff\xd8", b"\xff\xd8\xff\xe0garbage", b"not a jpeg", png.getvalue()):
+        assert not sendable(data, 0), data[:12]
+
+
+def test_an_image_over_the_pixel_limit_is_not_sent(odd_images):
+    data = odd_images["rgb"]
+    assert sendable(data, 10**9)
+    assert not sendable(data, 16)
+
+
+class FailsAsAWhole:
+    """Stands in for torchvision's batched nvJPEG call (no GPU here): it decodes a list or
+    raises for all of it when one item is bad, as the library documents."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, items: list[bytes]) -> list[str]:
+        self.calls.append(len(items))
+        if b"bad" in items:
+            raise RuntimeError("Error while decoding JPEG images")
+        return [item.decode() for item in items]
+
+
+def test_one_bad_item_is_found_by_halving():
+    items = [str(i).encode() for i in range(256)]
+    items[37] = b"bad"
+    decode = FailsAsAWhole()
+    out = decode_bisecting(decode, items)
+    assert out[37] is None
+    assert out[:37] + out[38:] == [str(i) for i in range(256) if i != 37]
+    assert len(decode.calls) <= 2 * 8 + 1  # not one call per image (257)
+
+
+def test_a_good_batch_is_one_call_and_an_empty_one_none():
+    decode = FailsAsAWhole()
+    assert decode_bisecting(decode, [b"1", b"2"]) == ["1", "2"] and decode.calls == [2]
+    assert decode_bisecting(decode, []) == [] and decode.calls == [2]
+
+
+def test_every_item_bad():
+    decode = FailsAsAWhole()
+    assert decode_bisecting(decode, [b"bad"] * 5) == [None] * 5
