@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..datasets import Dataset, Mix, data_args
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.fields import FieldOptions
@@ -163,8 +164,9 @@ class DataLoader(EpochBook, TorchDropIn):
                 ...
     """
 
-    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int | None = None, shuffle: bool = False,
-                 *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
+    def __init__(self, data: Dataset | Mix | PathSpec, batch_size: int = 64, num_workers: int | None = None,
+                 shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
+                 transform: Compose | list | None = None,
                  enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
@@ -184,6 +186,12 @@ class DataLoader(EpochBook, TorchDropIn):
             num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
+        (data, format, format_options, s3, cache_dir, classes, fields, decoders, index, streaming, weights,
+         epoch_size, resample) = data_args(
+            data, "DataLoader", format=format, format_options=format_options, s3=s3, cache_dir=cache_dir,
+            classes=classes, fields=fields, decoders=decoders, index=index, streaming=streaming, weights=weights,
+            epoch_size=epoch_size, resample=resample)
         self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
