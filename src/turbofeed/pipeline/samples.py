@@ -118,7 +118,11 @@ class Pipeline:
     """Read, decode and optionally transform samples with worker threads, in a fixed order.
 
     Args:
-        tar_paths: anything :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
+        tar_paths: a :class:`turbofeed.Dataset` (what the data is and how it is read:
+            then none of ``format``, ``format_options``, ``s3``, ``cache_dir``,
+            ``classes``, ``fields``, ``decoders``, ``index`` here), a
+            :func:`turbofeed.mix` of them without weights (read one after the other), or
+            any path :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
         num_workers: worker threads; None (default): the cores this process may use divided
             by the ranks on this node (as :class:`turbofeed.DataLoader`).
         decode_jpeg: decode images (else samples carry the encoded bytes).

@@ -35,9 +35,20 @@ log = logging.getLogger("turbofeed")
 class DataLoader(EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
+    Two kinds of arguments. *What the data is*: ``data`` and ``format``,
+    ``format_options``, ``s3``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
+    ``index``, ``streaming`` (and, to mix datasets, ``weights``, ``epoch_size``,
+    ``resample``): prefer describing it once as a :class:`turbofeed.Dataset` (or
+    :func:`turbofeed.mix` of them) and passing that as ``data``; the keywords are the short
+    form for a path, and giving one with a description is a ``TypeError`` naming it.
+    *How batches are made*: all the others (batch size, order, transforms, threads,
+    device, errors, ranks).
+
     Args:
-        data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
-            a folder of ``.tar`` shards, or an ImageFolder root.
+        data: a :class:`turbofeed.Dataset`, a :func:`turbofeed.mix` of them, or (the short
+            form, with the data keywords below) a path, a list, a brace pattern
+            (``shard-{000000..000146}.tar``), a glob, a folder of ``.tar`` shards, or an
+            ImageFolder root.
         batch_size: samples per batch.
         num_workers: worker threads (decode and resize release the GIL). None (default):
             the cores this process may use (CPU affinity, cgroup quota) divided by the
@@ -127,8 +138,9 @@ class DataLoader(EpochBook, TorchDropIn):
             node cache), each ``s3://`` shard downloaded whole ahead of its block and
             released after it, the nodes reading disjoint shards. Default (None): on when
             the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
-        weights: mix several datasets: ``data`` is a list of datasets (folders, globs,
-            ``s3://`` prefixes) and each gets this share of every epoch's samples
+        weights: mix several datasets (prefer :func:`turbofeed.mix`, which takes these three):
+            ``data`` is a list of datasets (folders, globs, ``s3://`` prefixes, or a list
+            of paths for one dataset) and each gets this share of every epoch's samples
             (exactly, by largest remainder; in expectation with ``resample``), repeating
             its samples only when its share exceeds its size. Deterministic per (seed,
             epoch) and resumable.
@@ -156,8 +168,9 @@ class DataLoader(EpochBook, TorchDropIn):
 
     Example::
 
-        loader = turbofeed.DataLoader("data/shard-{000000..000009}.tar", batch_size=256,
-                                      shuffle=True, transform=turbofeed.transforms.imagenet_train(224))
+        train = turbofeed.Dataset("data/shard-{000000..000009}.tar", classes=names)
+        loader = turbofeed.DataLoader(train, batch_size=256, shuffle=True,
+                                      transform=turbofeed.transforms.imagenet_train(224))
         for epoch in range(3):
             loader.set_epoch(epoch)
             for images, labels in loader:   # uint8 (256, 3, 224, 224), int64 (256,)
