@@ -203,3 +203,14 @@ def test_the_seed_documents_calls_keep_working(two):
     loader = turbofeed.DataLoader(two[0], 8, 2, True, enable_distributed=False, drop_last=True)
     assert len(loader) == 5
     assert len(list(turbofeed.Pipeline(tar_paths=[two[0]]))) == 40
+
+
+def test_a_dataset_s_classes_number_the_labels_as_the_keyword_does(image_folder):
+    names = sorted(os.listdir(image_folder), reverse=True)  # not the sorted order the data would give
+    kw = dict(batch_size=10, num_workers=2, transform=T.imagenet_eval(16), return_keys=True)
+    by_keyword = [(b[1].tolist(), b[2]) for b in turbofeed.DataLoader(image_folder, classes=names, **kw)]
+    by_object = [(b[1].tolist(), b[2]) for b in turbofeed.DataLoader(turbofeed.Dataset(image_folder, classes=names),
+                                                                     **kw)]
+    assert by_object == by_keyword
+    labels = [x for b in by_keyword for x in b[0]]
+    assert len(labels) == 30 and set(labels) == set(range(len(names)))

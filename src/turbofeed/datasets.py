@@ -158,8 +158,11 @@ class Dataset:
             raise TypeError(f"streaming must be None, True or False, got {self.streaming!r:.80}")
 
     def options(self) -> dict[str, Any]:
-        """The options other than ``data``, by name (defaults included)."""
-        return {name: getattr(self, name) for name in OPTIONS}
+        """The options other than ``data``, by name (defaults included), as a loader takes them."""
+        out = {name: getattr(self, name) for name in OPTIONS}
+        if out["classes"] is not None:
+            out["classes"] = list(out["classes"])
+        return out
 
     def __repr__(self) -> str:
         given = [f"{name}={value!r}" for name, value in self.options().items() if value is not None]
