@@ -61,6 +61,14 @@ def test_a_dataset_object_gives_the_batches_of_the_path_form(two):
     assert same(batches(load(turbofeed.Dataset(shards), return_keys=True)), by_path)
 
 
+def test_a_streamed_dataset_streams_as_the_keyword_does(two):
+    by_keyword = load(list(two), streaming=True, return_keys=True)
+    by_object = load(turbofeed.Dataset(list(two), streaming=True), return_keys=True)
+    assert by_object.stream_layout is not None and by_object.state_dict()["plan"] == by_keyword.state_dict()["plan"]
+    assert by_object.state_dict()["plan"] != load(list(two)).state_dict()["plan"]  # streaming changes the order
+    assert same(batches(by_keyword), batches(by_object))
+
+
 def test_a_dataset_with_fields_gives_the_fields(two):
     ds = turbofeed.Dataset(two[1], fields={"image": "jpg", "caption": "txt", "label": "cls"})
     loader = turbofeed.DataLoader(ds, batch_size=5, num_workers=2, transform=T.imagenet_eval(16))
