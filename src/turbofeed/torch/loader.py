@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..datasets import Dataset, Mix, data_args
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.fields import FieldOptions
@@ -34,9 +35,20 @@ log = logging.getLogger("turbofeed")
 class DataLoader(EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
+    Two kinds of arguments. *What the data is*: ``data`` and ``format``,
+    ``format_options``, ``s3``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
+    ``index``, ``streaming`` (and, to mix datasets, ``weights``, ``epoch_size``,
+    ``resample``): prefer describing it once as a :class:`turbofeed.Dataset` (or
+    :func:`turbofeed.mix` of them) and passing that as ``data``; the keywords are the short
+    form for a path, and giving one with a description is a ``TypeError`` naming it.
+    *How batches are made*: all the others (batch size, order, transforms, threads,
+    device, errors, ranks).
+
     Args:
-        data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
-            a folder of ``.tar`` shards, or an ImageFolder root.
+        data: a :class:`turbofeed.Dataset`, a :func:`turbofeed.mix` of them, or (the short
+            form, with the data keywords below) a path, a list, a brace pattern
+            (``shard-{000000..000146}.tar``), a glob, a folder of ``.tar`` shards, or an
+            ImageFolder root.
         batch_size: samples per batch.
         num_workers: worker threads (decode and resize release the GIL). None (default):
             the cores this process may use (CPU affinity, cgroup quota) divided by the
@@ -126,8 +138,9 @@ class DataLoader(EpochBook, TorchDropIn):
             node cache), each ``s3://`` shard downloaded whole ahead of its block and
             released after it, the nodes reading disjoint shards. Default (None): on when
             the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
-        weights: mix several datasets: ``data`` is a list of datasets (folders, globs,
-            ``s3://`` prefixes) and each gets this share of every epoch's samples
+        weights: mix several datasets (prefer :func:`turbofeed.mix`, which takes these three):
+            ``data`` is a list of datasets (folders, globs, ``s3://`` prefixes, or a list
+            of paths for one dataset) and each gets this share of every epoch's samples
             (exactly, by largest remainder; in expectation with ``resample``), repeating
             its samples only when its share exceeds its size. Deterministic per (seed,
             epoch) and resumable.
@@ -155,16 +168,18 @@ class DataLoader(EpochBook, TorchDropIn):
 
     Example::
 
-        loader = turbofeed.DataLoader("data/shard-{000000..000009}.tar", batch_size=256,
-                                      shuffle=True, transform=turbofeed.transforms.imagenet_train(224))
+        train = turbofeed.Dataset("data/shard-{000000..000009}.tar", classes=names)
+        loader = turbofeed.DataLoader(train, batch_size=256, shuffle=True,
+                                      transform=turbofeed.transforms.imagenet_train(224))
         for epoch in range(3):
             loader.set_epoch(epoch)
             for images, labels in loader:   # uint8 (256, 3, 224, 224), int64 (256,)
                 ...
     """
 
-    def __init__(self, data: PathSpec, batch_size: int = 64, num_workers: int | None = None, shuffle: bool = False,
-                 *, seed: int = 0, drop_last: bool = False, transform: Compose | list | None = None,
+    def __init__(self, data: Dataset | Mix | PathSpec, batch_size: int = 64, num_workers: int | None = None,
+                 shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
+                 transform: Compose | list | None = None,
                  enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
@@ -184,6 +199,12 @@ class DataLoader(EpochBook, TorchDropIn):
             num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 1:
             raise ValueError(f"batch_size and num_workers must be >= 1, got {batch_size}, {num_workers}")
+        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
+        (data, format, format_options, s3, cache_dir, classes, fields, decoders, index, streaming, weights,
+         epoch_size, resample) = data_args(
+            data, "DataLoader", format=format, format_options=format_options, s3=s3, cache_dir=cache_dir,
+            classes=classes, fields=fields, decoders=decoders, index=index, streaming=streaming, weights=weights,
+            epoch_size=epoch_size, resample=resample)
         self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)

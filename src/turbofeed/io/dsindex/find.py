@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import DatasetError
 from ..local.private import trusted
-from ..paths import PathSpec
+from ..paths import PathSpec, flat_paths
 from ..retry import RemoteError
 from ..s3.urls import shared_client
 from .load import DatasetIndex
@@ -122,7 +122,7 @@ def describe(spec: PathSpec) -> str:
     """``spec`` as a command line argument (a list: its first item and a count)."""
     if isinstance(spec, (str, os.PathLike)):
         return os.fspath(spec)
-    items = [os.fspath(x) for x in spec]
+    items = [os.fspath(x) for x in flat_paths(spec)]
     return items[0] if len(items) == 1 else f"{items[0]} ... ({len(items)} paths)"
 
 
