@@ -133,3 +133,11 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
             except OSError:
                 pass
     return local
+
+
+def describe(spec: PathSpec) -> str:
+    """``spec`` as a command line argument (a list: its first item and a count)."""
+    if isinstance(spec, (str, os.PathLike)):
+        return os.fspath(spec)
+    items = [os.fspath(x) for x in spec]
+    return items[0] if len(items) == 1 else f"{items[0]} ... ({len(items)} paths)"
