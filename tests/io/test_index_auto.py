@@ -40,11 +40,13 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
     sys.addaudithook(hook)
     from turbofeed.io import Dataset
-    said = []
+    said, warned = [], []
 
     class Keep(logging.Handler):
         def emit(self, record):
             said.append(record.getMessage())
+            if record.levelno >= logging.WARNING:
+                warned.append(record.getMessage())
     log = logging.getLogger("turbofeed")
     log.addHandler(Keep())
     log.setLevel(logging.INFO)
@@ -55,7 +57,7 @@ CHILD = textwrap.dedent("""
     built = [m for m in said if "turbofeed: dataset index" in m and "0 read" not in m]
     print(json.dumps({"opened": len(opened), "built": len(built), "waited": sum("waiting" in m for m in said),
                       "index": ds.index.path, "keys": [ds.describe(g)[1] for g in range(len(ds))],
-                      "labels": ds.labels.tolist(), "warnings": [m for m in said if "warn" in m.lower()]}))
+                      "labels": ds.labels.tolist(), "warnings": warned}))
 """)
 
 
