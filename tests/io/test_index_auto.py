@@ -189,3 +189,27 @@ def test_a_read_only_data_folder_gets_its_index_in_the_cache(tmp_path):
         assert Dataset(data, cache_dir=str(tmp_path / "cache")).index.path == ds.index.path
     finally:
         os.chmod(data, 0o755)
+
+
+def test_shards_copied_from_the_old_index_equal_shards_read_again(tmp_path, caplog):
+    """Class names, extensions and image suffixes of the shards kept from the old index are
+    renumbered into the new one: it equals an index read from every shard."""
+    data = tmp_path / "data"
+    data.mkdir()
+    names = [["cat", "dog"], ["eel", "cat"], ["fox", "gnu"]]
+    for k, pair in enumerate(names):
+        write_tar(str(data / f"s-{k}.tar"), [m for i, name in enumerate(pair) for m in [
+            (f"k{k}-{i}.{'png' if i else 'jpg'}", _IMAGE), (f"k{k}-{i}.txt", name.encode()),
+            (f"k{k}-{i}.json", b'{"i": %d}' % i)]])
+    Dataset(str(data))
+    write_tar(str(data / "s-1.tar"), [("k1-0.jpg", _IMAGE), ("k1-0.txt", b"ant")])  # "eel" gone, "ant" new
+    with caplog.at_level(logging.INFO, logger="turbofeed"):
+        kept = Dataset(str(data))
+    assert "3 shards (1 read, 2 unchanged)" in caplog.text
+    fresh = Dataset(str(data), index=False)
+    assert kept.index.header["label_names"] == ["ant", "cat", "dog", "fox", "gnu"]
+    assert kept.class_names == fresh.class_names and kept.labels.tolist() == fresh.labels.tolist()
+    for g in range(len(fresh)):
+        assert (kept.describe(g), kept.image_name(g), kept.member_exts(g)) == \
+            (fresh.describe(g), fresh.image_name(g), fresh.member_exts(g))
+        assert kept.read(g) == fresh.read(g) and kept.read_member(g, "json") == fresh.read_member(g, "json")
