@@ -36,7 +36,8 @@ CHILD = textwrap.dedent("""
             opened.append(args[0])
             if kill_at == "third shard" and len(opened) == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
-        if event == "os.rename" and kill_at == "publish" and os.path.basename(str(args[0])).startswith(".turbofeed.index-"):
+        publishing = event == "os.rename" and os.path.basename(str(args[0])).startswith(".turbofeed.index-")
+        if publishing and kill_at == "publish":  # the temporary file complete, not renamed yet
             os.kill(os.getpid(), signal.SIGKILL)
     sys.addaudithook(hook)
     from turbofeed.io import Dataset

@@ -65,8 +65,9 @@ def auto_index(spec: PathSpec, located: Sequence[tuple[str, str]], found: Datase
     cached = os.path.abspath(target).startswith(os.path.abspath(index_cache(cache_dir)) + os.sep)
     why = _no_home(target, cached)
     if why is not None:
-        (log.info if said(why) else log.warning)("turbofeed: the dataset index of %s cannot be written to %s (%s): indexing the "
-                    "shards in memory for this process", describe(spec), target, why)
+        say = log.info if said(why) else log.warning  # a refusal already gave the reason: once is enough
+        say("turbofeed: the dataset index of %s cannot be written to %s (%s): indexing the shards in memory "
+            "for this process", describe(spec), target, why)
         return _build(spec, shards, found, None, progress)
     with build_lock(target) as held:
         if not held:
