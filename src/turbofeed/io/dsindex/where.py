@@ -69,7 +69,10 @@ def beside(located: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def default_target(spec: PathSpec, located: Sequence[tuple[str, str]], cache_dir: str | None) -> str:
-    """Where ``turbofeed index`` writes the index of ``spec`` (see the module docstring)."""
+    """Where ``turbofeed index`` writes the index of ``spec`` (see the module docstring; a
+    list of one item is that item)."""
+    if not isinstance(spec, (str, os.PathLike)) and len(spec) == 1:
+        spec = spec[0]
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
         if text.startswith("s3://"):
