@@ -155,11 +155,12 @@ class Pipeline:
             :class:`turbofeed.DataLoader`).
         fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
-        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
-            next to the data or in the index cache; a path or ``s3://`` URL names one
+        index: the dataset index: None (default) finds it next to the data or in the index
+            cache, and for local tar shards builds it (or the shards changed since) when
+            missing, written for the next loaders; a path or ``s3://`` URL names one
             written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False indexes every shard on its own. A damaged, stale or
-            untrusted index is not used (one warning); see docs/index.md.
+            none there); False indexes every shard in memory and writes nothing. A
+            damaged or untrusted index is not used (one warning); see docs/index.md.
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
             the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).

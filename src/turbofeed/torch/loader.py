@@ -103,12 +103,13 @@ class DataLoader(EpochBook, TorchDropIn):
             CPU threads in proportion to the speed each has shown (timed per batch,
             smoothed); ``hybrid_share`` is the GPU's current fraction. The CPU part goes
             through pinned uint8 host slots, normalised on the device like the GPU part.
-        cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
-        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
-            next to the data or in the index cache; a path or ``s3://`` URL names one
+        cache_dir: turbofeed's cache: the index cache, the node cache (default ``~/.cache/turbofeed``).
+        index: the dataset index: None (default) finds it next to the data or in the index
+            cache, and for local tar shards builds it (or the shards changed since) when
+            missing, written for the next loaders; a path or ``s3://`` URL names one
             written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False indexes every shard on its own. A damaged, stale or
-            untrusted index is not used (one warning); see docs/index.md.
+            none there); False indexes every shard in memory and writes nothing. A
+            damaged or untrusted index is not used (one warning); see docs/index.md.
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
             ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
