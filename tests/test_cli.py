@@ -137,9 +137,11 @@ def test_make_dataset_refuses_a_used_folder_and_force_replaces_it(tmp_path):
     out = str(tmp_path / "ds")
     assert run_cli("make-dataset", out, "--count", "8", "--per-shard", "2", "--classes", "2").returncode == 0
     assert len(os.listdir(out)) == 4
+    assert run_cli("inspect", out, "--json").returncode == 0  # a loader: the dataset index and its lock
+    assert len(os.listdir(out)) == 6
     line = _one_line_error(run_cli("make-dataset", out, "--count", "4", "--per-shard", "4"))
     assert out in line and "--force" in line
-    assert len(os.listdir(out)) == 4  # untouched
+    assert len(os.listdir(out)) == 6  # untouched
     done = run_cli("make-dataset", out, "--count", "4", "--per-shard", "4", "--force")
     assert done.returncode == 0, done.stderr
     assert os.listdir(out) == ["shard-000000.tar"]

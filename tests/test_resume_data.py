@@ -76,7 +76,8 @@ def test_the_same_data_copied_elsewhere_resumes_exactly_with_or_without_the_data
         shutil.copytree(data, copy)
         if indexed:
             build_index(copy, cache_dir=str(tmp_path / "cache"), progress=False)
-        loader = turbofeed.DataLoader(copy, cache_dir=str(tmp_path / "cache"), **options())
+        loader = turbofeed.DataLoader(copy, cache_dir=str(tmp_path / "cache"), index=None if indexed else False,
+                                      **options())
         assert isinstance(loader.dataset.sources[0].table.keys, StrColumn) == indexed  # the other representation
         loader.load_state_dict(state)
         assert [(y.tolist(), keys) for _, y, keys in loader] == expected

@@ -113,6 +113,19 @@ def test_collate_fn_with_fields_is_collate(shards):
         turbofeed.DataLoader(shards, collate=first_keys)
 
 
+def test_a_dataset_object_with_fields_and_collate_fn(shards):
+    """``fields`` brought by a ``turbofeed.Dataset`` (given as torch's ``dataset=``) make
+    ``collate_fn`` the collate of sample dicts, as when given to the loader."""
+    def first_keys(samples):
+        return [s["__key__"] for s in samples]
+
+    ds = turbofeed.Dataset(shards, fields={"image": "jpg", "label": "cls"})
+    loader = turbofeed.DataLoader(dataset=ds, batch_size=4, transform=T.imagenet_eval(16), collate_fn=first_keys)
+    batch = next(iter(loader))
+    assert isinstance(batch, list) and len(batch) == 4 and all(isinstance(k, str) for k in batch)
+    assert next(iter(copy.deepcopy(loader))) == batch  # a local function: deepcopy, not pickle
+
+
 def test_num_workers_0_decodes_in_the_consumers_thread(shards):
     before = turbofeed_threads()
     inline = loader_for(shards, num_workers=0)

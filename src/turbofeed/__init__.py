@@ -11,6 +11,7 @@ from importlib import import_module as _import_module
 from importlib.util import find_spec as _find_spec
 
 from . import transforms
+from .datasets import Dataset, mix
 from .errors import (DatasetError, ImageTooLarge, MissingExtra, SampleError, StorageError, TurbofeedError,
                      UserCodeError)
 from .io import S3Config
@@ -27,9 +28,9 @@ __version__ = "0.1.0"
 _NEED_TORCH = {"DataLoader": ".torch.loader", "MultiGpuTransfer": ".torch.multi_gpu"}
 
 __all__ = [
-    "DataLoader", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra", "MultiGpuTransfer",
-    "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "StorageError", "TurbofeedError",
-    "UserCodeError", "gpu_available", "transforms",
+    "DataLoader", "Dataset", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra",
+    "MultiGpuTransfer", "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "StorageError", "TurbofeedError",
+    "UserCodeError", "gpu_available", "mix", "transforms",
 ]
 if _find_spec("torch") is None:  # not installed: `from turbofeed import *` still works
     __all__.remove("DataLoader")

@@ -27,7 +27,7 @@ from ._deps import tqdm
 
 from .decode import probe
 from .errors import DatasetError, SampleError
-from .io import Dataset, load_index
+from .io import Dataset, build_index, load_index
 from .io.table import IMAGE_EXTENSIONS, split_key
 from .io.local.writer import ShardWriter
 
@@ -146,9 +146,10 @@ def to_tar(src: Any, dst: str, *, per_shard: int = 1000, format: str | None = No
                     continue
             else:
                 bar.update(hi - lo)
-            load_index(path)  # the tar index, ready for the first epoch
         bar.close()
         published = [p for p in shards if os.path.exists(p)]
+        if published:  # the dataset index, ready for the first loader
+            build_index(published if len(published) < len(shards) else dst, progress=False)
         _write_json(os.path.join(dst, "index.json"), {
             "__kind__": "wids-shard-index-v1", "wids_version": 1, "name": os.path.basename(os.path.normpath(dst)),
             "shardlist": [{"url": os.path.basename(p), "nsamples": len(load_index(p)["rows"])} for p in published],

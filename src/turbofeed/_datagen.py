@@ -54,6 +54,9 @@ def synth_jpeg(rng: np.random.Generator, photos: list[Image.Image]) -> bytes:
 _OWN_SHARD = re.compile(r"shard-\d{6}\.tar(\.tmp)?")
 _OWN_CLASS = re.compile(r"class\d{4}")
 _OWN_IMAGE = re.compile(r"\d{8}\.jpg")
+# the dataset index a loader (or `turbofeed index`) built over the shards, its lock and a
+# killed build's temporary file: derived from the shards, replaced with them
+_OWN_INDEX = re.compile(r"turbofeed\.index|\.turbofeed\.index\.lock|\.turbofeed\.index-\w+\.tmp")
 
 
 def _own_entries(out: str, names: list[str]) -> tuple[list[str], list[str]]:
@@ -61,7 +64,7 @@ def _own_entries(out: str, names: list[str]) -> tuple[list[str], list[str]]:
     own, foreign = [], []
     for name in names:
         path = os.path.join(out, name)
-        if os.path.isfile(path) and _OWN_SHARD.fullmatch(name):
+        if os.path.isfile(path) and (_OWN_SHARD.fullmatch(name) or _OWN_INDEX.fullmatch(name)):
             own.append(name)
         elif (os.path.isdir(path) and not os.path.islink(path) and _OWN_CLASS.fullmatch(name)
               and all(_OWN_IMAGE.fullmatch(n) for n in os.listdir(path))):

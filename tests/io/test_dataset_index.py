@@ -160,7 +160,7 @@ def test_the_loader_builds_no_per_shard_index(tmp_path, monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("a per-shard index was built")
-    monkeypatch.setattr(tar_module, "load_index", refuse)
+    monkeypatch.setattr(tar_module, "index_shard", refuse)
     ds = Dataset(data, cache_dir=str(cache))
     assert ds.num_samples == expected and ds.index is not None and not cache.exists()
 
@@ -184,7 +184,7 @@ def test_loader_epochs_are_the_same_with_and_without_the_index(shards, tmp_path)
         assert ka == kb and (ya == yb).all() and (xa == xb).all()
 
 
-def test_a_rewritten_shard_falls_back_with_one_warning_and_its_new_content(tmp_path, caplog):
+def test_a_rewritten_and_an_added_shard_are_indexed_into_a_new_version(tmp_path, caplog):
     data = tmp_path / "data"
     data.mkdir()
     for s in range(3):
@@ -193,14 +193,17 @@ def test_a_rewritten_shard_falls_back_with_one_warning_and_its_new_content(tmp_p
     with open(data / "s-1.tar", "wb") as f:  # rewritten in place: other samples, another size
         f.write(tar_bytes([m for i in range(6) for m in _sample(f"new{i}", b"2", seed=100 + i)]))
     (data / "s-3.tar").write_bytes(tar_bytes(_sample("added", b"3", seed=200)))
-    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+    old = os.stat(data / INDEX_NAME).st_ino
+    with caplog.at_level(logging.INFO, logger="turbofeed"):
         ds = Dataset(str(data))
-    warned = [r.getMessage() for r in caplog.records if "changed or added" in r.getMessage()]
-    assert len(warned) == 1 and "s-1.tar, s-3.tar" in warned[0] and f"`turbofeed index {data}`" in warned[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "4 shards (2 read, 2 unchanged)" in caplog.text
+    assert os.stat(data / INDEX_NAME).st_ino != old  # a new file, renamed over the old one
     assert [ds.describe(g)[1] for g in range(4, 10)] == [f"new{i}" for i in range(6)]
     assert ds.read(4) == small_jpeg(100) and ds.describe(len(ds) - 1)[1] == "added"
-    assert ds.index.find("tar", str(data / "s-0.tar")) == 0
+    assert ds.index.find("tar", str(data / "s-3.tar")) == 3 and ds.index.stale(ds._located) == []
     assert list(ds.labels) == [1] * 4 + [2] * 6 + [1] * 4 + [3]
+    assert sorted(os.listdir(data)) == ["." + INDEX_NAME + ".lock"] + [f"s-{k}.tar" for k in range(4)] + [INDEX_NAME]
 
 
 def test_refresh_reindexes_a_shard_rewritten_after_the_dataset_was_built(tmp_path):
@@ -216,20 +219,18 @@ def test_refresh_reindexes_a_shard_rewritten_after_the_dataset_was_built(tmp_pat
     assert ds.num_samples == 4 and ds.read(0) == small_jpeg(50) and int(ds.labels[0]) == 4
 
 
-def test_without_an_index_many_shards_get_a_hint_once(tmp_path, caplog, monkeypatch):
+def test_local_shards_without_an_index_get_one_without_a_hint(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(find, "_HINTED", set())
     few, many = tmp_path / "few", tmp_path / "many"
-    for folder, count in ((few, 31), (many, 32)):  # 31: one short of HINT_SHARDS, no hint
+    for folder, count in ((few, 2), (many, 40)):  # a handful of shards too: it costs milliseconds
         folder.mkdir()
         for s in range(count):
             write_tar(str(folder / f"s-{s:03d}.tar"), _sample(f"k{s}", b"1", seed=s))
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        Dataset(str(few))
-        Dataset(str(many))
-        Dataset(str(many))
-    hints = [r for r in caplog.records if "no dataset index" in r.getMessage()]
-    assert len(hints) == 1 and hints[0].levelno == logging.INFO
-    assert f"`turbofeed index {many}`" in hints[0].getMessage() and "32 shards" in hints[0].getMessage()
+        for folder in (few, many):
+            ds = Dataset(str(folder))
+            assert ds.index.path == str(folder / INDEX_NAME) and len(ds) == len(ds.sources)
+    assert not [r for r in caplog.records if "no dataset index" in r.getMessage() or r.levelno >= logging.WARNING]
 
 
 def test_the_file_is_compact_and_mapped_in_narrow_dtypes(tmp_path):
@@ -280,7 +281,7 @@ def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, cap
     done = build_index(str(data / "s-{0..1}.tar"), cache_dir=cache, progress=False)
     assert done.path.startswith(os.path.join(cache, "dataset-index")) and done.shards == 2
     assert Dataset(str(data / "s-{0..1}.tar"), cache_dir=cache).index.path == done.path
-    assert Dataset(str(data), cache_dir=cache).index is None  # another shard list
+    assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)  # another list: built
     out = str(tmp_path / "elsewhere" / "my.index")
     assert build_index(str(data), out=out, progress=False).path == out
     shutil.move(out, str(tmp_path / "moved.index"))  # names are absolute outside the data's folder
@@ -294,7 +295,7 @@ def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, cap
         Dataset(str(data), index=str(tmp_path / "missing.index"))
 
 
-def test_a_folder_copied_with_its_index_is_indexed_shard_by_shard(tmp_path, caplog):
+def test_a_folder_copied_with_its_index_is_indexed_again(tmp_path, caplog):
     """A copy keeps sizes and mtimes, not inodes and ctimes: its shards are other files
     (test_index_trust.py: a folder renamed keeps using its index)."""
     data = tmp_path / "data"
@@ -303,11 +304,11 @@ def test_a_folder_copied_with_its_index_is_indexed_shard_by_shard(tmp_path, capl
         write_tar(str(data / f"s-{s}.tar"), _sample(f"k{s}", b"1", seed=s))
     build_index(str(data), progress=False)
     moved = shutil.copytree(str(data), str(tmp_path / "copy"))  # copy2: same sizes and mtimes
-    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+    with caplog.at_level(logging.INFO, logger="turbofeed"):
         ds = Dataset(moved)
-    assert ds.index.path == os.path.join(moved, INDEX_NAME)
+    assert ds.index.path == os.path.join(moved, INDEX_NAME) and ds.index.stale(ds._located) == []
     assert [s.path for s in ds.sources] == [os.path.join(moved, "s-0.tar"), os.path.join(moved, "s-1.tar")]
-    assert "2 shard(s) changed or added" in caplog.text and list(ds.labels) == [1, 1]
+    assert "2 shards (2 read, 0 unchanged)" in caplog.text and list(ds.labels) == [1, 1]
 
 
 def test_a_damaged_index_file_is_skipped_with_a_warning(tmp_path, caplog):
@@ -317,8 +318,9 @@ def test_a_damaged_index_file_is_skipped_with_a_warning(tmp_path, caplog):
     (data / INDEX_NAME).write_bytes(b"not an index at all, really, not one bit of it" * 3)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(str(data))
-    assert ds.index is None and len(ds) == 1
-    assert any("not a turbofeed dataset index" in r.getMessage() for r in caplog.records)
+    assert ds.index.path == str(data / INDEX_NAME) and len(ds) == 1  # replaced by a good one
+    assert [r.getMessage() for r in caplog.records] == [f"turbofeed: {data / INDEX_NAME}: not a turbofeed dataset "
+                                                        "index; building it again"]
     (tmp_path / "images" / "cat").mkdir(parents=True)
     (tmp_path / "images" / "cat" / "a.jpg").write_bytes(small_jpeg(1))
     with pytest.raises(DatasetError, match="describes tar shards"):
@@ -507,7 +509,8 @@ def test_the_index_covering_the_most_shards_is_used_and_one_covering_none_is_not
     build_index(str(data), out=mine, cache_dir=cache, progress=False)  # lists s-0 alone
     write_tar(shard[1], _sample("b", b"2", seed=1))
     ds = Dataset(str(data), cache_dir=cache)  # nothing beside the data; the cache's covers 1 of 2
-    assert ds.index is not None and ds.index.path == mine and list(ds.labels) == [1, 2]
+    assert ds.index.path == str(data / INDEX_NAME) and list(ds.labels) == [1, 2]  # built, s-0 from it
+    os.unlink(data / INDEX_NAME)
     build_index(str(data), progress=False)  # beside the data, both shards: it wins
     assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)
     os.unlink(data / INDEX_NAME)
@@ -519,7 +522,8 @@ def test_the_index_covering_the_most_shards_is_used_and_one_covering_none_is_not
     os.unlink(mine3)
     for k in range(3):  # renamed: the index beside lists none of them
         os.rename(data / f"s-{k}.tar", data / f"t-{k}.tar")
-    assert Dataset(str(data), cache_dir=cache).index is None
+    ds = Dataset(str(data), cache_dir=cache)
+    assert ds.index.path == str(data / INDEX_NAME) and list(ds.labels) == [1, 2, 3]
 
 
 def test_describe_names_a_list_by_its_first_path_and_count():

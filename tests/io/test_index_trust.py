@@ -56,7 +56,7 @@ def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_shards_swapped_by_mv_are_not_taken_from_the_index(tmp_path, caplog):
+def test_shards_swapped_by_mv_are_read_again_into_a_new_index(tmp_path, caplog):
     data = _data(tmp_path / "data")
     build_index(data, progress=False)
     a, b = os.path.join(data, "s-0.tar"), os.path.join(data, "s-1.tar")
@@ -64,12 +64,14 @@ def test_shards_swapped_by_mv_are_not_taken_from_the_index(tmp_path, caplog):
     os.rename(a, a + ".tmp")  # mv s-0.tar tmp; mv s-1.tar s-0.tar; mv tmp s-1.tar
     os.rename(b, a)
     os.rename(a + ".tmp", b)
-    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+    old = os.stat(os.path.join(data, INDEX_NAME)).st_ino
+    with caplog.at_level(logging.INFO, logger="turbofeed"):
         ds = Dataset(data)
     assert _truth(ds) == _expected(("b", 2), ("a", 1), ("c", 3))
-    assert ds.read(0) == _IMAGE
-    warned = [w for w in _warnings(caplog) if "changed or added" in w]
-    assert len(warned) == 1 and "s-0.tar, s-1.tar" in warned[0]
+    assert ds.read(0) == _IMAGE and not _warnings(caplog)
+    assert "3 shards (2 read, 1 unchanged)" in caplog.text  # the third is copied from the old index
+    assert ds.index.path == os.path.join(data, INDEX_NAME) and os.stat(ds.index.path).st_ino != old
+    assert _truth(Dataset(data)) == _truth(ds) and Dataset(data).index.stale(ds._located) == []
 
 
 def test_a_shard_rewritten_with_the_same_size_and_mtime_is_detected(tmp_path):
@@ -128,10 +130,14 @@ def test_a_flipped_byte_in_the_index_is_refused_with_one_warning(tmp_path, caplo
         _flip(index, text.rindex(b'"samples":4') + len('"samples":'))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(data)
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))  # rebuilt
     warned = _warnings(caplog)
     assert len(warned) == 1 and index in warned[0] and "checksum mismatch" in warned[0], warned
-    assert _loader_labels(data) == [1] * 4 + [2] * 4 + [3] * 4
+    assert "building it again" in warned[0] and "turbofeed index" not in warned[0]  # no step to take
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        assert _loader_labels(data) == [1] * 4 + [2] * 4 + [3] * 4
+    assert not _warnings(caplog)
 
 
 @pytest.mark.parametrize("count", [5, 400])
@@ -143,10 +149,11 @@ def test_a_wrong_count_with_a_valid_checksum_is_refused(tmp_path, caplog, count)
     write_index(index, header, {name: np.array(a) for name, a in arrays.items()})
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(data)
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))  # rebuilt
     warned = _warnings(caplog)
     assert len(warned) == 1 and index in warned[0] and "damaged dataset index" in warned[0], warned
     assert _loader_labels(data) == [1] * 4 + [2] * 4 + [3] * 4
+    assert read_index(index)[0]["shards"][0]["samples"] == 4
 
 
 def test_an_index_cut_short_or_of_an_older_version_is_refused(tmp_path, caplog, monkeypatch):
@@ -157,8 +164,8 @@ def test_an_index_cut_short_or_of_an_older_version_is_refused(tmp_path, caplog, 
     with open(index, "r+b") as f:
         f.truncate(os.path.getsize(index) - 1)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        assert Dataset(data).index is None
-    assert "cut short" in caplog.text and index in caplog.text
+        assert Dataset(data).index.path == index  # refused, built again
+    assert "cut short" in caplog.text and index in caplog.text and len(_warnings(caplog)) == 1
     # Version 1 files cannot be written any more: the writer, told it is version 1,
     # writes one with the version number such files carry.
     monkeypatch.setattr(fileformat, "VERSION", 1)
@@ -167,10 +174,9 @@ def test_an_index_cut_short_or_of_an_older_version_is_refused(tmp_path, caplog, 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(data)
-    assert ds.index is None and len(ds) == 12
-    assert "format version 1" in caplog.text and "rebuild it with `turbofeed index`" in caplog.text
-    build_index(data, progress=False)  # what the warning says: it is then used again
-    assert Dataset(data).index is not None
+    assert ds.index.path == index and len(ds) == 12
+    assert "format version 1" in caplog.text and "building it again" in caplog.text
+    assert read_index(index)[0]["version"] == fileformat.VERSION
 
 
 def _planted(tmp_path, cache: str) -> str:
@@ -196,9 +202,11 @@ def test_a_planted_index_in_a_cache_others_can_write_is_not_used(tmp_path, caplo
     cache.chmod(0o777)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(pattern, cache_dir=str(cache))
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
-    warned = [w for w in _warnings(caplog) if "not using" in w]
-    assert warned and f"{cache} is writable by others (mode 0777, no sticky bit)" in warned[0], warned
+    # not used, and not overwritten either: an index written there would not be believed
+    assert ds.index.path == "(built in memory)" and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "not using" in warned[0], warned
+    assert f"{cache} is writable by others (mode 0777, no sticky bit)" in warned[0]
     cache.chmod(0o1777)  # sticky, as /tmp: others cannot replace the folder below, which is ours
     assert Dataset(pattern, cache_dir=str(cache)).index is not None
 
@@ -211,37 +219,24 @@ def test_an_index_owned_by_another_user_is_not_used(tmp_path, caplog):
     os.chown(index, 12345, 12345)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(pattern, cache_dir=cache)
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
-    assert f"{index} is owned by uid 12345, not by you (uid 0)" in caplog.text
-
-
-def test_a_planted_per_shard_index_in_a_cache_others_can_write_is_not_used(tmp_path, caplog):
-    data = _data(tmp_path / "data")
-    cache = tmp_path / "shared"
-    cache.mkdir()
-    Dataset(data, cache_dir=str(cache), index=False)  # writes the per-shard indexes
-    planted = []
-    for name in os.listdir(cache / "tar-index"):
-        path = cache / "tar-index" / name
-        index = json.loads(path.read_text())
-        for row in index["rows"]:
-            row[4] = ["cls", "9"]  # every label 9
-        path.write_text(json.dumps(index))
-        planted.append(path)
-    assert _truth(Dataset(data, cache_dir=str(cache), index=False))[0] == ("a0", 9)  # believed when private
-    cache.chmod(0o777)
-    with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data, cache_dir=str(cache), index=False)
     assert _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
-    assert "is writable by others" in caplog.text
+    assert f"{index} is owned by uid 12345, not by you (uid 0)" in caplog.text
+    assert ds.index.path == index and os.stat(index).st_uid == 0  # replaced by one of the user's
+
+
+def test_index_false_writes_nothing(tmp_path):
+    data = _data(tmp_path / "data")
+    cache = tmp_path / "cache"
+    ds = Dataset(data, cache_dir=str(cache), index=False)
+    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    assert not cache.exists() and sorted(os.listdir(data)) == ["s-0.tar", "s-1.tar", "s-2.tar"]
 
 
 def test_the_cache_folders_turbofeed_creates_are_private(tmp_path):
     data = _data(tmp_path / "data")
     cache = tmp_path / "new" / "cache"
-    Dataset(data, cache_dir=str(cache), index=False)
-    build_index(os.path.join(data, "s-{0..1}.tar"), cache_dir=str(cache), progress=False)
-    for folder in (tmp_path / "new", cache, cache / "tar-index", cache / "dataset-index"):
+    assert Dataset(os.path.join(data, "s-{0..1}.tar"), cache_dir=str(cache)).index.path.startswith(str(cache))
+    for folder in (tmp_path / "new", cache, cache / "dataset-index"):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
 
 
@@ -267,7 +262,7 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
     out = str(tmp_path / "elsewhere" / "my.index")
     assert build_index(data, out=out, progress=False).path == out
     if front == "DataLoader":
-        assert Dataset(data).index is None  # not found without being told
+        assert Dataset(data, index=False).index is None
         assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
         loader = turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=out)
         assert loader.dataset.index.path == out
@@ -329,13 +324,15 @@ def test_an_array_the_header_places_past_the_arrays_is_refused(tmp_path):
 
 @pytest.mark.parametrize("changed", [3, 4])
 def test_the_warning_names_three_changed_shards_and_counts_the_rest(tmp_path, caplog, changed):
+    # an index named by index= is used as it is (the loader builds none); the changed
+    # shards are indexed one by one
     data = _data(tmp_path / "data", shards=4)
-    build_index(data, progress=False)
+    out = build_index(data, out=str(tmp_path / "named.index"), progress=False).path
     for k in range(changed):  # each rewritten with a label of 7 since the index was built
         _shard(os.path.join(data, f"s-{k}.tar"), "abcdefgh"[k], 7)
         os.utime(os.path.join(data, f"s-{k}.tar"), ns=(_STAMP + 10**9, _STAMP + 10**9))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = Dataset(data, index=out)
     assert [label for _, label in _truth(ds)] == [7] * 4 * changed + [4] * 4 * (4 - changed)
     warned = _warnings(caplog)
     assert len(warned) == 1 and f"{changed} shard(s) changed" in warned[0], warned
@@ -353,6 +350,6 @@ def test_keys_that_run_past_their_bytes_are_refused(tmp_path, caplog):
     write_index(index, header, kept)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         ds = Dataset(data)
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     warned = _warnings(caplog)
     assert len(warned) == 1 and "the keys run past their bytes" in warned[0], warned

@@ -38,9 +38,9 @@ BACKENDS = ("nvimgcodec", "torchvision")
 CPU_ONLY_COLORSPACES = frozenset({"CMYK", "YCCK"})
 
 
-def sendable(data: bytes | bytearray | memoryview, limit: int) -> bool:
+def sendable(data: bytes | bytearray | memoryview, limit: int | None) -> bool:
     """Whether ``data`` goes to the GPU decoder: a JPEG whose header reads, not CMYK or
-    YCCK, and not over ``limit`` pixels (0: no limit). About 1 us per header."""
+    YCCK, and not over ``limit`` pixels (0 or None: no limit). About 1 us per header."""
     if len(data) < 4 or bytes(data[:3]) != b"\xff\xd8\xff":
         return False
     try:

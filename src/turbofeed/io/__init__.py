@@ -5,7 +5,9 @@ Layout: :mod:`.source` (the protocol every source implements), :mod:`.registry` 
 format a path holds, and the one factory that opens its source), :mod:`.dataset`;
 ``local/`` (tar shards and their index, folders, open files, writing shards),
 ``arrays/`` (HDF5, Zarr, .npy, Parquet, TFRecord and the block cache), ``s3/`` (client, URLs,
-node cache, shards), ``dsindex/`` (the compact dataset index of ``turbofeed index``). Other
+node cache, shards), ``dsindex/`` (the compact dataset index, built by the first loader
+or ``turbofeed index``). ``load_index`` (one plain tar shard's index, read from its headers)
+stays for callers of the per-shard index, which is no longer cached. Other
 packages import only the names below.
 """
 

@@ -44,7 +44,7 @@ class Dataset:
     Args:
         spec: path, list, brace pattern, glob or folder (see :func:`turbofeed.io.resolve`).
         on_damage: ``"raise"`` or ``"skip"`` for truncated/corrupt shards.
-        cache_dir: tar index cache directory.
+        cache_dir: turbofeed's cache directory (the index cache, the node cache).
         format: ``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"`` or
             ``"tfrecord"`` for every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
         format_options: names inside HDF5/Zarr/.npy/Parquet sources (TFRecord: feature names), e.g.
@@ -57,14 +57,18 @@ class Dataset:
             whatever names this particular data holds, so train and val agree.
         labels: False when the caller reads members as fields (``.txt`` captions are not
             class names): no label is parsed, every sample gets -1.
-        index: the dataset index (``turbofeed index DATA``, :mod:`turbofeed.io.dsindex`):
-            None looks for it next to the data, then in the index cache; a path or
-            ``s3://`` URL names it; False indexes every shard on its own. Shards it
-            describes as they are now are built from it (one ``stat`` per local shard, no
-            read; ``s3://``: the listing's ETags, no GET of shard bytes); the others are
-            indexed on their own, with one warning. An index that fails its checksum or
-            count checks, is of an older format, or sits in the cache where others could
-            have written it is not used at all (one warning; docs/index.md).
+        index: the dataset index (:mod:`turbofeed.io.dsindex`): None looks for it next
+            to the data, then in the index cache, and for local tar shards builds it when
+            no index there describes every shard as it is now (reading only the shards
+            changed or added; written for the next loaders, under a lock so one process of
+            a node builds it: :mod:`turbofeed.io.dsindex.auto`); a path or ``s3://`` URL
+            names it (used as it is); False indexes every shard in memory and writes
+            nothing. Shards it describes as they are now are built from it (one ``stat``
+            per local shard, no read; ``s3://``: the listing's ETags, no GET of shard
+            bytes); the others are indexed on their own, with one warning. An index that
+            fails its checksum or count checks, is of an older format, or sits in the
+            cache where others could have written it is not used at all (one warning;
+            docs/index.md).
 
     Attributes:
         index: the :class:`~turbofeed.io.dsindex.DatasetIndex` used, or None.

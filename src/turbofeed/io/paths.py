@@ -16,10 +16,22 @@ from braceexpand import braceexpand
 
 from ..errors import DatasetError
 
-PathSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+#: A path, or a list whose entries are paths or lists of paths (one dataset's each, as
+#: ``DataLoader([[a1, a2], b], weights=[...])`` and :func:`turbofeed.mix` give).
+PathSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]]]
 T = TypeVar("T")
 #: The dataset index's file name (:mod:`turbofeed.io.dsindex`): never data, so patterns skip it.
 INDEX_NAME = "turbofeed.index"
+
+def flat_paths(spec: PathSpec) -> list[str | os.PathLike]:
+    """The paths of ``spec`` in order, a nested list's entries flattened (one level)."""
+    if isinstance(spec, (str, os.PathLike)):
+        return [spec]
+    out: list[str | os.PathLike] = []
+    for item in spec:
+        out.extend([item] if isinstance(item, (str, os.PathLike)) else item)
+    return out
+
 
 def expand_braces(pattern: str) -> list[str]:
     """Expand WebDataset/bash brace patterns with the ``braceexpand`` library (as

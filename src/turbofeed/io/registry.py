@@ -41,7 +41,7 @@ from .arrays.zarr import ZarrSource, is_zarr_store
 from .local.folder import FolderSource
 from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
-from .paths import INDEX_NAME, PathSpec, expand_local
+from .paths import INDEX_NAME, PathSpec, expand_local, flat_paths
 from .s3.shards import S3Shards
 from .s3.urls import resolve_urls
 from .source import Source
@@ -198,7 +198,8 @@ def resolve(spec: PathSpec, format: str | None = None, *,
             s3: S3Config | None = None) -> list[tuple[str, str]]:
     """Return ``[(kind, path)]`` with kind ``"tar"``, ``"folder"`` or an array/table format
     (``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"``, ``"tfrecord"``: see the module
-    docstring), in a stable order. ``format`` says what every path is instead of its extension.
+    docstring), in a stable order (a list's entries may be lists: one dataset's paths
+    each, as a mix gives; they are flattened). ``format`` says what every path is instead of its extension.
     ``s3://`` items give kind ``"s3"`` (tar shard URLs, see
     :func:`turbofeed.io.s3.urls.resolve_urls`), reached with ``s3`` (an
     :class:`~turbofeed.io.S3Config`; default: the process default and the AWS variables
@@ -209,7 +210,7 @@ def resolve(spec: PathSpec, format: str | None = None, *,
             tar shard, an S3 object is missing, or nothing was given at all.
     """
     check_format(format)
-    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    items = flat_paths(spec)
     if not items:
         raise DatasetError("no dataset paths given (an empty list)")
     out: list[tuple[str, str]] = []

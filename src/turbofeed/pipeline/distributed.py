@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..datasets import Dataset, Mix
 from ..io import PathSpec
 from ..torch.env import detect
 from .samples import Pipeline
@@ -27,7 +28,7 @@ class DistributedPipeline(Pipeline):
         pipe.barrier()
     """
 
-    def __init__(self, tar_paths: PathSpec, rank: int | None = None, world_size: int | None = None,
+    def __init__(self, tar_paths: Dataset | Mix | PathSpec, rank: int | None = None, world_size: int | None = None,
                  local_rank: int | None = None, num_workers: int | None = None, decode_jpeg: bool = True,
                  gpu_decode: bool | Any = False, shuffle: bool = False, **kwargs: Any) -> None:
         env = detect(rank, world_size, local_rank)
@@ -38,7 +39,7 @@ class DistributedPipeline(Pipeline):
                          device_id=env.local_rank, **kwargs)
 
     @classmethod
-    def init_from_env(cls, tar_paths: PathSpec, **kwargs: Any) -> "DistributedPipeline":
+    def init_from_env(cls, tar_paths: Dataset | Mix | PathSpec, **kwargs: Any) -> "DistributedPipeline":
         """Build with rank, world size and local rank detected from the environment."""
         return cls(tar_paths, **kwargs)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
 from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
@@ -117,7 +118,11 @@ class Pipeline:
     """Read, decode and optionally transform samples with worker threads, in a fixed order.
 
     Args:
-        tar_paths: anything :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
+        tar_paths: a :class:`turbofeed.Dataset` (what the data is and how it is read:
+            then none of ``format``, ``format_options``, ``s3``, ``cache_dir``,
+            ``classes``, ``fields``, ``decoders``, ``index`` here), a
+            :func:`turbofeed.mix` of them without weights (read one after the other), or
+            any path :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
         num_workers: worker threads; None (default): the cores this process may use divided
             by the ranks on this node (as :class:`turbofeed.DataLoader`).
         decode_jpeg: decode images (else samples carry the encoded bytes).
@@ -150,11 +155,12 @@ class Pipeline:
             :class:`turbofeed.DataLoader`).
         fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
             each sample's other fields in ``sample.fields`` and ``sample["name"]``.
-        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
-            next to the data or in the index cache; a path or ``s3://`` URL names one
+        index: the dataset index: None (default) finds it next to the data or in the index
+            cache, and for local tar shards builds it (or the shards changed since) when
+            missing, written for the next loaders; a path or ``s3://`` URL names one
             written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False indexes every shard on its own. A damaged, stale or
-            untrusted index is not used (one warning); see docs/index.md.
+            none there); False indexes every shard in memory and writes nothing. A
+            damaged or untrusted index is not used (one warning); see docs/index.md.
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
             the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).
@@ -177,7 +183,8 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
-    def __init__(self, tar_paths: PathSpec, num_workers: int | None = None, decode_jpeg: bool = True, *,
+    def __init__(self, tar_paths: DatasetSpec | Mix | PathSpec, num_workers: int | None = None,
+                 decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
                  on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
                  enable_distributed: bool | None = None,
@@ -189,6 +196,10 @@ class Pipeline:
                  map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
                  apply_exif_orientation: bool = False,
                  index: str | os.PathLike | bool | None = None) -> None:
+        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
+        given = data_args(tar_paths, "Pipeline", format=format, format_options=format_options, s3=s3,
+                          cache_dir=cache_dir, classes=classes, fields=fields, decoders=decoders, index=index)
+        tar_paths, format, format_options, s3, cache_dir, classes, fields, decoders, index = given[:9]
         self.user_errors = check_user_errors(user_errors)
         self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,

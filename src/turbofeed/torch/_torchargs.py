@@ -32,7 +32,7 @@ torch argument             in turbofeed
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: Arguments of the constructor that are configuration, not what the caller wrote:
@@ -49,8 +49,10 @@ class TorchArgs:
         shuffle: ``shuffle`` as a bool (torch's default ``None`` is ``False``).
         seed: the order's seed (``generator``'s initial seed when given).
         prefetch: batches decoded ahead (``prefetch_factor`` when given).
-        collate: with ``fields``: the user's ``collate`` (or ``collate_fn``).
-        collate_pairs: without ``fields``: ``collate_fn`` over ``(image, label)`` pairs.
+        collate: with ``fields``: the user's ``collate`` (or ``collate_fn``); before
+            :meth:`with_fields`, ``collate`` as given.
+        collate_pairs: without ``fields``: ``collate_fn`` over ``(image, label)`` pairs;
+            before :meth:`with_fields`, ``collate_fn`` as given.
         timeout: seconds a batch may take (0: no limit).
         generator: the ``torch.Generator`` given, as torch's ``loader.generator``.
     """
@@ -64,13 +66,29 @@ class TorchArgs:
     timeout: float
     generator: Any
 
+    def with_fields(self, fields: Any) -> TorchArgs:
+        """Settled for the samples the loader makes: dicts of ``fields`` (given to the
+        loader or by its :class:`turbofeed.Dataset`), where torch's ``collate_fn`` is
+        ``collate``; else ``(image, label)`` pairs, where ``collate`` has no use.
+
+        Raises:
+            ValueError: ``collate=`` without fields.
+        """
+        collate, pairs = self.collate, self.collate_pairs
+        if fields is not None:
+            return replace(self, collate=collate if collate is not None else pairs, collate_pairs=None)
+        if collate is not None:
+            raise ValueError("turbofeed.DataLoader: collate= takes the sample dicts of fields=; for (image, label) "
+                             "samples pass collate_fn=, as to torch")
+        return self
+
 
 def _refuse(name: str, why: str) -> ValueError:
     return ValueError(f"turbofeed.DataLoader: {name}= is not supported: {why}")
 
 
 def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset: Any, sampler: Any, batch_sampler: Any,
-                    collate_fn: Any, collate: Any, fields: Any, timeout: float, worker_init_fn: Any,
+                    collate_fn: Any, collate: Any, timeout: float, worker_init_fn: Any,
                     multiprocessing_context: Any, generator: Any, seed: int, prefetch_factor: int | None,
                     prefetch: int, persistent_workers: bool, pin_memory_device: str,
                     in_order: bool, **others: Any) -> TorchArgs:
@@ -127,11 +145,6 @@ def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset
     if collate_fn is not None and collate is not None:
         raise ValueError("turbofeed.DataLoader: collate_fn= and collate= are one setting (the batch from its "
                          "samples): give one of them")
-    if fields is not None:  # samples are dicts of fields: torch's collate_fn is collate
-        collate, collate_fn = collate if collate is not None else collate_fn, None
-    elif collate is not None:
-        raise ValueError("turbofeed.DataLoader: collate= takes the sample dicts of fields=; for (image, label) "
-                         "samples pass collate_fn=, as to torch")
     return TorchArgs(data=data, shuffle=bool(shuffle), seed=seed, prefetch=prefetch, collate=collate,
                      collate_pairs=collate_fn, timeout=float(timeout), generator=generator)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..datasets import Dataset, Mix, data_args
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.fields import FieldOptions
@@ -35,9 +36,20 @@ log = logging.getLogger("turbofeed")
 class DataLoader(EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
+    Two kinds of arguments. *What the data is*: ``data`` and ``format``,
+    ``format_options``, ``s3``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
+    ``index``, ``streaming`` (and, to mix datasets, ``weights``, ``epoch_size``,
+    ``resample``): prefer describing it once as a :class:`turbofeed.Dataset` (or
+    :func:`turbofeed.mix` of them) and passing that as ``data``; the keywords are the short
+    form for a path, and giving one with a description is a ``TypeError`` naming it.
+    *How batches are made*: all the others (batch size, order, transforms, threads,
+    device, errors, ranks).
+
     Args:
-        data: a path, a list, a brace pattern (``shard-{000000..000146}.tar``), a glob,
-            a folder of ``.tar`` shards, or an ImageFolder root.
+        data: a :class:`turbofeed.Dataset`, a :func:`turbofeed.mix` of them, or (the short
+            form, with the data keywords below) a path, a list, a brace pattern
+            (``shard-{000000..000146}.tar``), a glob, a folder of ``.tar`` shards, or an
+            ImageFolder root.
         batch_size: samples per batch.
         num_workers: worker threads (decode and resize release the GIL). None (default):
             the cores this process may use (CPU affinity, cgroup quota) divided by the
@@ -93,12 +105,13 @@ class DataLoader(EpochBook, TorchDropIn):
             CPU threads in proportion to the speed each has shown (timed per batch,
             smoothed); ``hybrid_share`` is the GPU's current fraction. The CPU part goes
             through pinned uint8 host slots, normalised on the device like the GPU part.
-        cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
-        index: the dataset index written by ``turbofeed index DATA``: None (default) finds it
-            next to the data or in the index cache; a path or ``s3://`` URL names one
+        cache_dir: turbofeed's cache: the index cache, the node cache (default ``~/.cache/turbofeed``).
+        index: the dataset index: None (default) finds it next to the data or in the index
+            cache, and for local tar shards builds it (or the shards changed since) when
+            missing, written for the next loaders; a path or ``s3://`` URL names one
             written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False indexes every shard on its own. A damaged, stale or
-            untrusted index is not used (one warning); see docs/index.md.
+            none there); False indexes every shard in memory and writes nothing. A
+            damaged or untrusted index is not used (one warning); see docs/index.md.
         format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
             ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
@@ -128,8 +141,9 @@ class DataLoader(EpochBook, TorchDropIn):
             node cache), each ``s3://`` shard downloaded whole ahead of its block and
             released after it, the nodes reading disjoint shards. Default (None): on when
             the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
-        weights: mix several datasets: ``data`` is a list of datasets (folders, globs,
-            ``s3://`` prefixes) and each gets this share of every epoch's samples
+        weights: mix several datasets (prefer :func:`turbofeed.mix`, which takes these three):
+            ``data`` is a list of datasets (folders, globs, ``s3://`` prefixes, or a list
+            of paths for one dataset) and each gets this share of every epoch's samples
             (exactly, by largest remainder; in expectation with ``resample``), repeating
             its samples only when its share exceeds its size. Deterministic per (seed,
             epoch) and resumable.
@@ -159,16 +173,17 @@ class DataLoader(EpochBook, TorchDropIn):
 
     Example::
 
-        loader = turbofeed.DataLoader("data/shard-{000000..000009}.tar", batch_size=256,
-                                      shuffle=True, transform=turbofeed.transforms.imagenet_train(224))
+        train = turbofeed.Dataset("data/shard-{000000..000009}.tar", classes=names)
+        loader = turbofeed.DataLoader(train, batch_size=256, shuffle=True,
+                                      transform=turbofeed.transforms.imagenet_train(224))
         for epoch in range(3):
             loader.set_epoch(epoch)
             for images, labels in loader:   # uint8 (256, 3, 224, 224), int64 (256,)
                 ...
     """
 
-    def __init__(self, data: PathSpec | None = None, batch_size: int = 64, num_workers: int | None = None,
-                 shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
+    def __init__(self, data: Dataset | Mix | PathSpec | None = None, batch_size: int = 64,
+                 num_workers: int | None = None, shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
                  transform: Compose | list | None = None,
                  enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
@@ -183,21 +198,28 @@ class DataLoader(EpochBook, TorchDropIn):
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
                  apply_exif_orientation: bool = False, index: str | os.PathLike | bool | None = None,
                  # torch.utils.data.DataLoader's own arguments: torch/_torchargs.py says what each comes to
-                 dataset: PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 dataset: Dataset | Mix | PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
                  collate_fn: Callable[[list], Any] | None = None, timeout: float = 0, worker_init_fn: Any = None,
                  multiprocessing_context: Any = None, generator: torch.Generator | None = None,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True) -> None:
         self._arguments = constructor_arguments(locals())  # what a copy is rebuilt from (pickle, deepcopy)
-        torch_args = self.torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
-        data, seed, prefetch, collate = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.collate
-        shuffle = torch_args.shuffle
+        torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
+        data, seed, prefetch, shuffle = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.shuffle
         self.apply_exif_orientation = apply_exif_orientation
         self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
         if num_workers is None:
             num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
+        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
+        (data, format, format_options, s3, cache_dir, classes, fields, decoders, index, streaming, weights,
+         epoch_size, resample) = data_args(
+            data, "DataLoader", format=format, format_options=format_options, s3=s3, cache_dir=cache_dir,
+            classes=classes, fields=fields, decoders=decoders, index=index, streaming=streaming, weights=weights,
+            epoch_size=epoch_size, resample=resample)
+        self.torch_args = torch_args = torch_args.with_fields(fields)  # fields: also from a Dataset
+        collate = torch_args.collate
         self.user_errors = check_user_errors(user_errors)
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)

@@ -5,7 +5,6 @@ sources. What the loaders deliver does not change."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -15,9 +14,8 @@ import numpy as np
 import pytest
 from builders import encode, photo, small_jpeg, write_tar
 
-from turbofeed.io import Dataset, FolderSource, TarSource, load_index, pick_member, split_key
+from turbofeed.io import Dataset, FolderSource, TarSource, pick_member, split_key
 from turbofeed.errors import StorageError
-from turbofeed.io.local.index import INDEX_VERSION
 
 
 def _reference(path: str) -> dict[str, dict[str, tarfile.TarInfo]]:
@@ -126,24 +124,6 @@ def test_many_extensions_widen_the_id_dtype(tmp_path):
     src = TarSource(write_tar(str(tmp_path / "wide.tar"), members), cache_dir=str(tmp_path / "cache"))
     assert len(src.table.member_exts) == 301 and src.table.member_ext.dtype == np.uint16
     assert src.read_member(0, "x299") == b"299" and src.read_member(1, "x299") is None
-    src.close()
-
-
-def test_an_index_cached_by_the_old_version_is_rebuilt(laion_shards, tmp_path):
-    """A version-3 index (no "members") left in the cache is not served: rebuilt, stored."""
-    (path, _), by_key = laion_shards
-    cache = str(tmp_path / "cache")
-    fresh = load_index(path, cache)
-    assert fresh["version"] == INDEX_VERSION and len(fresh["members"]) == len(fresh["rows"])
-    (cached,) = glob.glob(os.path.join(cache, "tar-index", "*.json"))
-    old = {k: v for k, v in fresh.items() if k != "members"}
-    old["version"] = 3
-    with open(cached, "w") as f:
-        json.dump(old, f)
-    src = TarSource(path, cache_dir=cache)
-    assert src.read_member(0, "json") == by_key[src.table.keys[0]]["json"]
-    with open(cached) as f:
-        assert json.load(f) == fresh  # stored again in the new form
     src.close()
 
 

@@ -205,12 +205,12 @@ def test_eviction_never_removes_a_shard_while_it_is_being_indexed(server, bodies
     is being indexed from. No FileNotFoundError, every index right."""
     import turbofeed.io.s3.shards as s3_module
 
-    real_build_index = s3_module._build_index
+    real_build_index = s3_module.index_shard
 
     def slow_build_index(path: str) -> dict:
         time.sleep(0.02)
         return real_build_index(path)
-    monkeypatch.setattr(s3_module, "_build_index", slow_build_index)
+    monkeypatch.setattr(s3_module, "index_shard", slow_build_index)
     bound = int(1.2 * max(len(b) for b in bodies.values()))
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
     for round in range(2):

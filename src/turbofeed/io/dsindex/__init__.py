@@ -3,13 +3,16 @@ dataset (per-shard identity, counts, problems and damage; per sample its key, im
 member, raw label and every member's extension, offset and size) as numpy arrays that
 loaders map instead of indexing each shard.
 
-``turbofeed index DATA`` writes it (:func:`build_index`); :class:`~turbofeed.io.Dataset`
-finds it (:func:`find_index`) and takes from it every shard that is still the version it
-indexed. See docs/formats.md, "The dataset index".
+:class:`~turbofeed.io.Dataset` finds it (:func:`find_index`), builds it for local tar
+shards when it is missing or shards changed (:mod:`.auto`, one process per node under a
+file lock, :mod:`.lock`), and takes from it every shard that is still the version it
+indexed; ``turbofeed index DATA`` writes it ahead of time, and for ``s3://`` data
+(:func:`build_index`). See docs/index.md.
 
 Modules: :mod:`.fileformat` (the file), :mod:`.parts` (one shard's arrays, the whole
-index's), :mod:`.build` (``turbofeed index``), :mod:`.where` (where it is written and
-looked up), :mod:`.find`, :mod:`.load` (a mapped index and its sources).
+index's), :mod:`.build` (``turbofeed index``), :mod:`.auto` and :mod:`.lock` (built by
+loaders), :mod:`.where` (where it is written and looked up), :mod:`.find`, :mod:`.load`
+(a mapped index and its sources).
 """
 
 from ..paths import INDEX_NAME

@@ -21,8 +21,6 @@ from ..._deps import tqdm
 
 from ...engine.executor import Executor, result_or_closed
 from ...errors import DatasetError
-from ..local.compressed import compression_of
-from ..local.files import file_id
 from ..local.index import default_cache_dir, scan_members
 from ..local.private import private_dirs
 from ..local.tarscan import Window
@@ -33,11 +31,11 @@ from ..s3.client import S3Client
 from ..s3.config import ObjectInfo
 from ..s3.copies import temporary_copy
 from ..s3.urls import COMPRESSED, shared_client, stat
-from .fileformat import write_index
-from .find import describe
+from .fileformat import remove_temporaries, write_index
+from .lock import build_lock
 from .load import shard_id
 from .parts import ShardPart, join, local_part, shard_part, unindexed_part
-from .where import cached_path, default_target, index_cache, s3_copy_path
+from .where import cached_path, default_target, describe, index_cache, s3_copy_path
 
 if TYPE_CHECKING:
     from ..s3.config import S3Config
@@ -98,24 +96,15 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
                            f"not {others[0][0]} data")
     client = shared_client(s3) if any(kind == "s3" for kind, _ in located) else None
     infos = {path: stat(path, client) for kind, path in located if kind == "s3" and client is not None}
-    scratch = os.path.join(cache_dir or default_cache_dir(), "dataset-indexing")
-    pool = Executor(max(1, min(threads, len(located))), "index")
-    try:
-        futures = [pool.submit(_part, kind, path, infos.get(path), client, scratch) for kind, path in located]
-        parts = [result_or_closed(f) for f in tqdm(futures, desc="turbofeed: index", unit="shard",
-                                                   disable=None if progress is None else not progress)]
-    finally:
-        pool.close()
+    parts = read_parts(located, infos=infos, client=client, cache_dir=cache_dir, threads=threads,
+                       progress=progress)
     fields, arrays = join(parts)
     target = os.fspath(out) if out is not None else default_target(data, located, cache_dir)
     if not target.startswith("s3://") and os.path.isdir(target):
         target = os.path.join(target, INDEX_NAME)
 
     def header(where: str) -> dict:
-        shards = [{"name": name, **p.entry} for name, p in zip(_names(located, where), parts)]
-        return {"data": describe(data), "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                "samples": int(len(arrays["key_end"])), "members": int(len(arrays["member_ext"])),
-                "explicit_out": out is not None, "shards": shards, **fields}
+        return index_header(describe(data), located, parts, fields, arrays, where, explicit_out=out is not None)
     note = ""
     if target.startswith("s3://"):
         try:
@@ -127,17 +116,56 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
     if not target.startswith("s3://"):
         if os.path.abspath(target).startswith(os.path.abspath(index_cache(cache_dir)) + os.sep):
             private_dirs(os.path.dirname(target))  # the cache's folders: 0700
-        size = write_index(target, header(target), arrays)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        with build_lock(target) as held:  # loaders starting now wait, then map this one
+            if held:
+                remove_temporaries(target)
+            size = write_index(target, header(target), arrays)
     return IndexSummary(target, len(parts), int(len(arrays["key_end"])), size, time.perf_counter() - started,
                         unindexed=sum(bool(p.entry.get("per_shard")) for p in parts), note=note)
+
+
+def read_parts(located: Sequence[tuple[str, str]], *, infos: dict[str, ObjectInfo] | None = None,
+               client: S3Client | None = None, cache_dir: str | None = None, threads: int = 8,
+               progress: bool | None = None, known: dict[int, ShardPart] | None = None) -> list[ShardPart]:
+    """Every shard's part, in order: those of ``known`` (positions -> part) as given, the
+    others read ``threads`` at a time, with a progress bar when ``progress`` (None: when
+    stderr is a terminal).
+
+    Raises:
+        DatasetError: a shard cannot be read.
+    """
+    known = known or {}
+    todo = [k for k in range(len(located)) if k not in known]
+    infos = infos or {}
+    scratch = os.path.join(cache_dir or default_cache_dir(), "dataset-indexing")
+    pool = Executor(max(1, min(threads, len(todo))), "index")
+    try:
+        futures = [pool.submit(_part, *located[k], infos.get(located[k][1]), client, scratch) for k in todo]
+        read = [result_or_closed(f) for f in tqdm(futures, desc="turbofeed: index", unit="shard",
+                                                  disable=None if progress is None else not progress)]
+    finally:
+        pool.close()
+    parts = dict(known)
+    parts.update(zip(todo, read))
+    return [parts[k] for k in range(len(located))]
+
+
+def index_header(data: str, located: Sequence[tuple[str, str]], parts: Sequence[ShardPart], fields: dict,
+                 arrays: dict, where: str, *, explicit_out: bool = False) -> dict:
+    """The header of the index of ``parts`` (the shards of ``located``, ``data`` as a
+    command line names them) written at ``where`` (shard names relative to its folder)."""
+    shards = [{"name": name, **p.entry} for name, p in zip(_names(located, where), parts)]
+    return {"data": data, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "samples": int(len(arrays["key_end"])), "members": int(len(arrays["member_ext"])),
+            "explicit_out": explicit_out, "shards": shards, **fields}
 
 
 def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None, scratch: str) -> ShardPart:
     """One shard's part (see the module docstring)."""
     if kind == "tar":
         try:
-            if _compressed(path):  # by its first bytes, as the per-shard path tells
-                return unindexed_part(**file_id(path).as_dict())
             return local_part(path)
         except OSError as exc:
             raise DatasetError(f"{path}: cannot index: {exc}") from exc
@@ -152,13 +180,6 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
         raise DatasetError(f"{path}: cannot index: {exc}") from exc
     part.entry.update(etag=info.etag, size=info.size)
     return part
-
-
-def _compressed(path: str) -> bool:
-    try:
-        return compression_of(path) is not None
-    except DatasetError:  # zstd: the per-shard path reports it
-        return True
 
 
 def _names(located: Sequence[tuple[str, str]], target: str) -> list[str]:

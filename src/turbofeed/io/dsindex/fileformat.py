@@ -43,6 +43,9 @@ VERSION = 3
 _ALIGN = 64
 _PREAMBLE = struct.Struct("<8sQQI")
 _SPAN = struct.Struct("<QQ")
+#: What a refusal of a damaged or outdated index ends with (a loader that rebuilds it
+#: itself leaves it out).
+REBUILD = ": rebuild it with `turbofeed index`"
 _PIECE = 1 << 20  # bytes per pread of the check: fits L2, amortises the call
 
 
@@ -57,17 +60,43 @@ class _Crc:
         return data
 
 
+def temp_prefix(path: str) -> str:
+    """How the temporary files of writes of ``path`` start (``.turbofeed.index-``): one
+    left by a process killed mid-write is known by it (:func:`remove_temporaries`)."""
+    return "." + os.path.basename(path) + "-"
+
+
+def remove_temporaries(path: str) -> int:
+    """Remove what killed writes of ``path`` left (their temporary files; never read as an
+    index, whose name they do not have). Only safe while holding the build lock of
+    ``path`` (:mod:`turbofeed.io.dsindex.lock`): no live write then. Returns how many."""
+    folder, prefix, removed = os.path.dirname(os.path.abspath(path)), temp_prefix(path), 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def write_index(path: str, header: dict, arrays: dict[str, np.ndarray]) -> int:
     """Write ``arrays`` and ``header`` (plus ``format``, ``version`` and ``arrays``) to
-    ``path`` atomically: a temporary file in the same folder, renamed when complete, so a
-    reader never maps half an index. Returns the file's size in bytes.
+    ``path`` atomically: a temporary file in the same folder (named by
+    :func:`temp_prefix`), renamed when complete, so a reader never maps half an index.
+    Returns the file's size in bytes.
 
     Raises:
         OSError: the folder cannot be written.
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".turbofeed-index-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(path), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             crc = _Crc()
@@ -125,10 +154,9 @@ def read_index(path: str) -> tuple[dict, dict[str, np.ndarray]]:
             header = None  # a damaged header: the checksum says so below (unless the version does)
         if isinstance(header, dict) and (header.get("format"), header.get("version")) != (FORMAT, VERSION):
             raise DatasetError(f"{path}: dataset index format version {header.get('version')!r}, this turbofeed "
-                               f"reads version {VERSION}: rebuild it with `turbofeed index`")
+                               f"reads version {VERSION}{REBUILD}")
         if checksum(fd, size, at, length) != stored:
-            raise DatasetError(f"{path}: damaged dataset index (checksum mismatch): rebuild it with "
-                               "`turbofeed index`")
+            raise DatasetError(f"{path}: damaged dataset index (checksum mismatch){REBUILD}")
         if not isinstance(header, dict):
             raise DatasetError(f"{path}: unreadable dataset index header")
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)

@@ -1,5 +1,7 @@
 """The dataset index a loader uses: the one next to the data, else the index cache's
-(:mod:`turbofeed.io.dsindex.where`), or none (then a hint, once, on how to make one)."""
+(:mod:`turbofeed.io.dsindex.where`); for local shards, one built now when neither
+describes them all as they are (:mod:`turbofeed.io.dsindex.auto`); for ``s3://`` shards
+without one, none (then a hint, once, on ``turbofeed index``)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,16 @@ from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
 from ..s3.urls import shared_client
+from .auto import auto_index, file_identity
+from .fileformat import REBUILD
 from .load import DatasetIndex
-from .where import beside, cached_path, s3_copy
+from .where import beside, cached_path, describe, s3_copy
 
 if TYPE_CHECKING:
     from ..s3.config import S3Config
 
 log = logging.getLogger("turbofeed")
 
-#: Shards from which a dataset without an index gets the hint (every s3:// one does).
-HINT_SHARDS = 32
 _HINTED: set[str] = set()
 
 
@@ -71,20 +73,23 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
 
 
 def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str | None = None,
-               cache_dir: str | None = None, s3: S3Config | None = None) -> DatasetIndex | None:
+               cache_dir: str | None = None, s3: S3Config | None = None, build: bool = True,
+               progress: bool | None = None) -> DatasetIndex | None:
     """The dataset index for the shards of ``located`` (what ``spec`` resolved to).
 
     With ``index`` (a path or URL), that one, which must exist. Otherwise the first of the
     places a loader looks (next to the data, then the index cache) whose index lists every
-    shard, else the one listing the most of them (the others are then indexed one by
-    one). An index that is damaged, of another format version or cannot be read (``index``
-    too), or one in the cache that others could have written, is not used: one warning
-    names it and says why, and the shards are indexed one by one. Without any, logs once
-    at INFO how to make one when the dataset has many shards or is on ``s3://``.
+    shard (a local one as it is now). When none does: for local shards (and ``build``),
+    an index built now, reusing what the best one found holds, and written for the next
+    loaders (:func:`~turbofeed.io.dsindex.auto.auto_index`); for ``s3://`` shards, the
+    one listing the most of them (the others are then indexed one by one), with a hint
+    at INFO, once, on ``turbofeed index``. An index that is damaged, of another format
+    version or cannot be read (``index`` too), or one in the cache that others could have
+    written, is not used: one warning names it and says why.
 
     Raises:
         DatasetError: ``index`` names no index (no such file or object), or one that
-            cannot be read.
+            cannot be read; a local shard cannot be read to index it.
     """
     shards = [(kind, path) for kind, path in located if kind in ("tar", "s3")]
     if not shards:
@@ -100,38 +105,39 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
         if found is None:
             raise DatasetError(f"no dataset index at {index}")
         return found
+    remote = any(kind == "s3" for kind, _ in shards)
+    auto = build and not remote
     best, most = None, 0
     mine = cached_path(shards, cache_dir)
+    seen: dict[str, tuple | None] = {}  # each local file's identity when looked at
     for where in beside(shards) + [mine]:
+        if not where.startswith("s3://"):
+            seen[where] = file_identity(where)
         try:
             found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False, cached=where == mine)
         except DatasetError as exc:
-            log.warning("turbofeed: %s; indexing the shards one by one", exc)
+            if auto:  # no step for the user to take: it is rebuilt now
+                log.warning("turbofeed: %s; building it again", str(exc).replace(REBUILD, ""))
+            else:
+                log.warning("turbofeed: %s; indexing the shards one by one", exc)
             continue
         covered = 0 if found is None else found.covers(shards)
-        if found is not None and covered == len(shards):
+        if found is not None and covered == len(shards) and not (auto and found.stale(shards)):
             return found
         if covered > most:
             best, most = found, covered
-    if best is None:
+    if auto:
+        return auto_index(spec, shards, best, seen, cache_dir=cache_dir, progress=progress)
+    if best is None and remote:
         _hint(spec, shards)
     return best
 
 
-def describe(spec: PathSpec) -> str:
-    """``spec`` as a command line argument (a list: its first item and a count)."""
-    if isinstance(spec, (str, os.PathLike)):
-        return os.fspath(spec)
-    items = [os.fspath(x) for x in spec]
-    return items[0] if len(items) == 1 else f"{items[0]} ... ({len(items)} paths)"
-
-
 def _hint(spec: PathSpec, shards: Sequence[tuple[str, str]]) -> None:
-    remote = any(kind == "s3" for kind, _ in shards)
     what = describe(spec)
-    if (len(shards) < HINT_SHARDS and not remote) or what in _HINTED:
+    if what in _HINTED:
         return
     _HINTED.add(what)
-    log.info("turbofeed: no dataset index for %s (%d shards): each shard is indexed on its own%s; "
-             "`turbofeed index %s` writes one index, and loaders then start with one small read",
-             what, len(shards), ", downloading it first" if remote else "", shlex.quote(what))
+    log.info("turbofeed: no dataset index for %s (%d shards): each shard is downloaded and indexed on its "
+             "own; `turbofeed index %s` writes one index, and loaders then start with one small read",
+             what, len(shards), shlex.quote(what))

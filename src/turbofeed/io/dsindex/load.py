@@ -35,7 +35,7 @@ from ..local.tar import TarSource
 from ..s3.shards import S3TarSource
 from ..source import Source
 from ..table import SampleTable
-from .fileformat import read_index
+from .fileformat import REBUILD, read_index
 
 if TYPE_CHECKING:
     from ..registry import Opener
@@ -57,6 +57,8 @@ class DatasetIndex:
         path: the local file (for an ``s3://`` index, its copy in the index cache).
         origin: where it was found (the ``s3://`` URL, or ``path``): relative shard names
             in it are relative to that folder.
+        loaded: ``(header, arrays)`` of an index built in memory and written nowhere (then
+            ``path`` only names it in messages); default: read from ``path``.
 
     Attributes:
         header: the JSON header (shards with their identity, counts, problems, damage).
@@ -64,10 +66,11 @@ class DatasetIndex:
         sample_start: int64, shard ``k``'s rows are ``sample_start[k]:sample_start[k + 1]``.
     """
 
-    def __init__(self, path: str, origin: str | None = None) -> None:
+    def __init__(self, path: str, origin: str | None = None, *,
+                 loaded: tuple[dict, dict[str, np.ndarray]] | None = None) -> None:
         self.path = path
         self.origin = origin or path
-        self.header, self.arrays = read_index(path)
+        self.header, self.arrays = read_index(path) if loaded is None else loaded
         self.shards: list[dict] = self.header["shards"]
         counts = np.array([s["samples"] for s in self.shards], np.int64)
         self.sample_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -97,6 +100,31 @@ class DatasetIndex:
     def covers(self, located: Sequence[tuple[str, str]]) -> int:
         """How many of the tar and ``s3://`` shards of ``located`` it lists."""
         return sum(self.find(kind, path) is not None for kind, path in located if kind in ("tar", "s3"))
+
+    def stale(self, located: Sequence[tuple[str, str]]) -> list[int]:
+        """Positions in ``located`` of the local tar shards the index does not describe as
+        they are now: not listed, or listed with another file identity (one ``stat``
+        each; see the module docstring)."""
+        out = []
+        for pos, (kind, path) in enumerate(located):
+            if kind != "tar":
+                continue
+            k = self.find(kind, path)
+            if k is None or self._stat_if_same(k, path) is None:
+                out.append(pos)
+        return out
+
+    def _stat_if_same(self, k: int, path: str) -> os.stat_result | None:
+        """``stat(path)`` when it is the file shard ``k`` was indexed from, else None."""
+        entry = self.shards[k]
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # opened on its own, which says what is wrong
+        if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != \
+                (entry.get("ino"), entry.get("size"), entry.get("mtime_ns"), entry.get("ctime_ns")):
+            return None
+        return st
 
     def table(self, k: int, labels: bool = True) -> SampleTable:
         """Shard ``k``'s sample table, as :func:`~turbofeed.io.local.index.table_from_index`
@@ -160,12 +188,8 @@ class DatasetIndex:
     def _source(self, k: int, kind: str, path: str, opener: Opener) -> Source | None:
         entry = self.shards[k]
         if kind == "tar":
-            try:
-                st = os.stat(path)
-            except OSError:
-                return None  # opened on its own, which says what is wrong
-            if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != \
-                    (entry.get("ino"), entry.get("size"), entry.get("mtime_ns"), entry.get("ctime_ns")):
+            st = self._stat_if_same(k, path)
+            if st is None:
                 return None
             table, damage = self._usable(k, opener.labels)
             return TarSource.indexed(path, FileId.of(st), table, damage,
@@ -211,7 +235,7 @@ def _check_counts(path: str, header: dict, a: dict[str, np.ndarray], samples: in
         wrong.append("the keys run past their bytes")
     if wrong:
         raise DatasetError(f"{path}: damaged dataset index: its shards hold {samples} samples but "
-                           f"{'; '.join(wrong)}: rebuild it with `turbofeed index`")
+                           f"{'; '.join(wrong)}{REBUILD}")
 
 
 def _absolute(base: str, name: str) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..columns import BAD, INT, NAME, NONE
+from ...errors import DatasetError
+from ..local.compressed import codec_of
 from ..local.files import FileId
 from ..local.index import TarDamage, label_of, no_image, no_samples, sample_rows, scan_members
 from ..local.tarscan import Window
@@ -56,11 +58,22 @@ class ShardPart:
 
 
 def local_part(path: str) -> ShardPart:
-    """The part of the plain tar shard at ``path``, with the identity of the file it read
+    """The part of the tar shard at ``path``, with the identity of the file it read
     (:class:`~turbofeed.io.local.files.FileId`: ``dev``, ``ino``, ``size``, ``mtime_ns``,
-    ``ctime_ns``; a change while it is read shows as a later ctime)."""
+    ``ctime_ns``; a change while it is read shows as a later ctime); a compressed one
+    (told by its first bytes, as the per-shard path tells) without its samples. One open.
+
+    Raises:
+        OSError: it cannot be read.
+    """
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
+        try:
+            compressed = codec_of(os.pread(f.fileno(), 6, 0), path) is not None
+        except DatasetError:  # zstd: the per-shard path reports it
+            compressed = True
+        if compressed:
+            return unindexed_part(**FileId.of(st).as_dict())
         members, damage = scan_members(f, st.st_size)
         part = shard_part(members, damage, Window(f.fileno()).pread)
     part.entry.update(FileId.of(st).as_dict())
@@ -121,6 +134,37 @@ def unindexed_part(**identity) -> ShardPart:
     object): loaders open it on its own, as without the index."""
     return ShardPart(entry={"samples": 0, "members": 0, "problems": [], "damage": None, "bad": [],
                             "per_shard": True, **identity})
+
+
+def indexed_part(header: dict, arrays: dict[str, np.ndarray], sample_start: np.ndarray, k: int) -> ShardPart:
+    """Shard ``k``'s part as an index (``header``, ``arrays``, ``sample_start`` as
+    :class:`~turbofeed.io.dsindex.load.DatasetIndex` holds them) recorded it: how a new
+    version of the index keeps the shards that did not change without reading them. Its
+    ids index the whole index's tables, which :func:`join` renumbers alike."""
+    entry = {key: value for key, value in header["shards"][k].items() if key != "name"}
+    s0, s1 = int(sample_start[k]), int(sample_start[k + 1])
+    ends = np.asarray(arrays["key_end"][s0:s1], np.int64)
+    first = int(arrays["key_end"][s0 - 1]) if s0 else 0
+    starts = np.asarray(arrays["member_start"][s0:s1 + 1], np.int64)
+    m0, m1 = (int(starts[0]), int(starts[-1])) if len(starts) else (0, 0)
+
+    def table(names: list[str]) -> dict[str, int]:
+        return {name: i for i, name in enumerate(names)}
+    # class names: only those this shard uses, renumbered densely (the joined index's
+    # names are the ones its shards hold, as when every shard is read)
+    kind, value = np.array(arrays["label_kind"][s0:s1]), np.array(arrays["label_value"][s0:s1], np.int64)
+    named = kind == NAME
+    used = np.unique(value[named])
+    value[named] = np.searchsorted(used, value[named])
+    names = {header["label_names"][int(u)]: i for i, u in enumerate(used)}
+    return ShardPart(
+        entry, bytes(arrays["key_blob"][first:int(ends[-1]) if len(ends) else first]),
+        np.diff(np.concatenate([[first], ends])), suffix=np.array(arrays["image_suffix"][s0:s1]),
+        suffixes=table(header["image_suffixes"]), offset=np.array(arrays["offset"][s0:s1]),
+        size=np.array(arrays["size"][s0:s1]), kind=kind, value=value, names=names,
+        member_count=np.diff(starts), member_ext=np.array(arrays["member_ext"][m0:m1]),
+        exts=table(header["member_exts"]), member_offset=np.array(arrays["member_offset"][m0:m1]),
+        member_size=np.array(arrays["member_size"][m0:m1]))
 
 
 def narrow(values: np.ndarray, at_least: type = np.uint8) -> np.ndarray:

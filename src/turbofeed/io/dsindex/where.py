@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from ..local.index import default_cache_dir
 from ..local.private import private_dirs
-from ..paths import INDEX_NAME, PathSpec
+from ..paths import INDEX_NAME, PathSpec, flat_paths
 from ..retry import RemoteError
 from ..s3.client import S3Client
 from ..s3.errors import not_found
@@ -69,7 +69,10 @@ def beside(located: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def default_target(spec: PathSpec, located: Sequence[tuple[str, str]], cache_dir: str | None) -> str:
-    """Where ``turbofeed index`` writes the index of ``spec`` (see the module docstring)."""
+    """Where ``turbofeed index`` writes the index of ``spec`` (see the module docstring; a
+    list of one item is that item)."""
+    if not isinstance(spec, (str, os.PathLike)) and len(spec) == 1:
+        spec = spec[0]
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
         if text.startswith("s3://"):
@@ -133,3 +136,11 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
             except OSError:
                 pass
     return local
+
+
+def describe(spec: PathSpec) -> str:
+    """``spec`` as a command line argument (a list: its first item and a count)."""
+    if isinstance(spec, (str, os.PathLike)):
+        return os.fspath(spec)
+    items = [os.fspath(x) for x in flat_paths(spec)]  # a mix's entry may be a list of paths
+    return items[0] if len(items) == 1 else f"{items[0]} ... ({len(items)} paths)"

@@ -43,7 +43,7 @@ from ..s3.cache import CacheFull, ShardCache, object_name
 from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
 from ..s3.fills import GrowingFill
 from .files import FILES, FileId
-from .index import _build_index, cached_index
+from .index import cached_index, index_shard
 
 log = logging.getLogger("turbofeed")
 
@@ -68,10 +68,12 @@ def compression_of(path: str) -> str | None:
         DatasetError: a zstd-compressed file (no zstd in Python's standard library).
     """
     with open(path, "rb") as f:
-        return _codec(f.read(6), path)
+        return codec_of(f.read(6), path)
 
 
-def _codec(head: bytes, what: str) -> str | None:
+def codec_of(head: bytes, what: str) -> str | None:
+    """:func:`compression_of` a file that starts with ``head`` (6 bytes or more; ``what``
+    names it in the error)."""
     if head.startswith(_ZSTD):
         raise DatasetError(f"{what}: zstd-compressed; turbofeed reads plain, gzip, bzip2 and xz "
                            "tar shards (decompress it once with `zstd -d`)")
@@ -87,7 +89,7 @@ def decompress(src: BinaryIO, out: Writable, what: str) -> str:
         DatasetError: not gzip, bzip2 or xz, or the stream is corrupt or cut short.
         OSError: writing ``out`` failed (errno set: a full or read-only disk).
     """
-    codec = _codec(src.read(6), what)
+    codec = codec_of(src.read(6), what)
     if codec is None:
         raise DatasetError(f"{what}: not a compressed tar")
     src.seek(0)
@@ -370,7 +372,7 @@ def index_plain(plain: PlainCopy, key: dict, index_path: str, shard: str) -> dic
     """
     def build() -> dict:
         with plain.pinned() as copy:
-            index = _build_index(copy)
+            index = index_shard(copy)
         index["plain_bytes"] = index["file"]["size"]
         index.update(key)
         return index

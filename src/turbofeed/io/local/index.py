@@ -8,11 +8,12 @@ parses labels). It records every sample (every key, with or without an image mem
 text and embedding datasets have none) and every member of each (extension, payload
 offset and size): the JSON holds ``rows`` (one ``[key, image name, image offset, image
 size, label]`` per sample; image name ``""`` without an image), ``members`` (per row,
-its ``[ext, offset, size]`` in storage order), ``problems`` and ``damage``. It is cached
-as JSON under the cache directory, keyed by the shard's absolute path and checked
-against the file's identity (device, inode, size, mtime_ns, ctime_ns: see
-:class:`turbofeed.io.local.files.FileId`), so a shard replaced by rename or rewritten in
-place is indexed anew. Damage (a cut or corrupt shard, an empty one, duplicate member
+its ``[ext, offset, size]`` in storage order), ``problems`` and ``damage``. It is built in
+memory each time a source is opened on its own: loaders take local shards from the
+dataset index (:mod:`turbofeed.io.dsindex`, built automatically), so only compressed
+shards, ``s3://`` shards and TFRecord files keep per-file index caches, through
+:func:`cached_index` (each keyed by what identifies its file: identity, ETag).
+Damage (a cut or corrupt shard, an empty one, duplicate member
 names) is recorded in the index as a :class:`TarDamage`. Local shards
 (:mod:`turbofeed.io.local.tar`) and ``s3://`` shards (:mod:`turbofeed.io.s3.shards`,
 indexed from a local copy) share this code.
@@ -20,7 +21,6 @@ indexed from a local copy) share this code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,7 +33,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ..table import Label, SampleTable, group_members, parse_label, pick_image, pick_label_member, split_key
-from .files import FileId, file_id
+from .files import FileId
 from .private import private_dirs, trusted
 from .tarscan import Window, fast_members
 
@@ -159,7 +159,7 @@ def _last_copies(members: list[tuple[str, int, int]]) -> tuple[list[tuple[str, i
                            "as `tar -x` would", cut=False)
 
 
-def _build_index(path: str) -> dict:
+def index_shard(path: str) -> dict:
     """Index ``path`` from one open descriptor, and record that file's identity: the
     index describes exactly the bytes it read, even if the path is replaced meanwhile."""
     with open(path, "rb") as f:
@@ -236,17 +236,16 @@ def _no_read(size: int, offset: int) -> bytes:
     raise ValueError(f"a label member of {size} bytes, and no way to read it here")
 
 
-def _cache_path(cache_dir: str, path: str) -> str:
-    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
-    return os.path.join(cache_dir, "tar-index", f"{digest}.json")
-
-
 def load_index(path: str, cache_dir: str | None = None) -> dict:
-    """Return the shard's index, from the cache when it was built from this very file
-    (same identity), else built and cached. ``index["file"]`` is the identity indexed."""
-    cache_dir = cache_dir or default_cache_dir()
-    return cached_index(_cache_path(cache_dir, path), {"file": file_id(path).as_dict()},
-                        lambda: _build_index(path), path)
+    """The JSON-style index of the plain tar shard at ``path`` (``rows``, ``members``,
+    ``problems``, ``damage``; ``file``: the identity indexed), read from its headers now.
+
+    Kept for callers of the per-shard index, which is no longer cached: loaders map the
+    dataset index (:mod:`turbofeed.io.dsindex`), which describes every shard at once.
+    ``cache_dir`` is accepted and ignored.
+    """
+    del cache_dir
+    return index_shard(path)
 
 
 def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -> dict:

@@ -75,8 +75,16 @@ def distrust(path: str) -> str | None:
         return f"{path} is owned by uid {st.st_uid}, not by you (uid {me})"
     if st.st_mode & 0o022:
         return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    child_uid = st.st_uid
-    folder = os.path.dirname(os.path.abspath(path))
+    return distrust_folder(os.path.dirname(os.path.abspath(path)), st.st_uid)
+
+
+def distrust_folder(folder: str, child_uid: int | None = None) -> str | None:
+    """Why a file of the user's in ``folder`` could be replaced by another user (one
+    line, as :func:`distrust`), or None; ``child_uid``: the owner of the entry in it
+    (default: the user)."""
+    me = os.geteuid()
+    child_uid = me if child_uid is None else child_uid
+    folder = os.path.abspath(folder)
     while True:
         try:
             st = os.stat(folder)
@@ -99,6 +107,11 @@ def _unsafe_folder(folder: str, st: os.stat_result, child_uid: int, me: int) -> 
         sticky = "its entry on the way is not yours" if mode & stat.S_ISVTX else "no sticky bit"
         return f"{folder} is writable by others (mode {mode:04o}, {sticky})"
     return None
+
+
+def said(why: str) -> bool:
+    """True when a warning already gave ``why`` (a reason :func:`distrust` found)."""
+    return why in _WARNED
 
 
 def trusted(path: str, what: str) -> bool:

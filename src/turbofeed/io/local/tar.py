@@ -1,5 +1,6 @@
-"""WebDataset tar shards: an index of member offsets built once (:mod:`.index`), then one
-pread (or a view of the mapped file) per sample.
+"""WebDataset tar shards: an index of member offsets (:mod:`.index`; loaders take it from
+the dataset index, :mod:`turbofeed.io.dsindex`), then one pread (or a view of the mapped
+file) per sample.
 
 Compressed shards are read from a plain copy in the node cache (:mod:`.compressed`),
 bounded and evictable. Every read checks the file's identity against the one indexed
@@ -10,6 +11,8 @@ to index it again before the next pass.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import TYPE_CHECKING
 
 from ...errors import DatasetError
@@ -17,8 +20,8 @@ from ..source import Source
 from ..table import SampleTable
 from .compressed import PlainCopy, compression_of, index_plain, local_plain_copy, node_cache
 from .files import FILES, FileId, FileRef, file_id, views_enabled
-from .index import (TarDamage, _cache_path, default_cache_dir, load_index, report_damage, table_from_index,
-                    unreadable_index, without_images)
+from .index import (TarDamage, default_cache_dir, index_shard, report_damage, table_from_index, unreadable_index,
+                    without_images)
 
 if TYPE_CHECKING:
     from ..s3.config import S3Config
@@ -33,8 +36,9 @@ class TarSource(Source):
         on_damage: ``"raise"`` to fail on a truncated, corrupt, empty or unreadable shard
             (or one with duplicate member names) with the file and byte offset; ``"skip"``
             to keep the samples it has and log a warning (``damage`` says why).
-        cache_dir: where the index (and a compressed shard's plain copy, in the node cache
-            ``cache_dir/s3``) is cached (default :func:`default_cache_dir`).
+        cache_dir: where a compressed shard's plain copy (in the node cache ``cache_dir/s3``)
+            and its index are cached (default :func:`default_cache_dir`). A plain shard's
+            index is built in memory (a loader takes it from the dataset index instead).
         s3: the :class:`~turbofeed.io.S3Config` whose ``cache_max_bytes`` bounds the node
             cache (default: the process's, see :func:`turbofeed.io.s3.config.cache_limit`).
     """
@@ -54,7 +58,7 @@ class TarSource(Source):
             index = unreadable_index(TarDamage(0, str(exc).split(": ", 1)[1], cut=False),
                                      file=identity.as_dict())
         else:
-            index = self._compressed_index(identity, cache_dir, s3) if codec else load_index(path, cache_dir)
+            index = self._compressed_index(identity, cache_dir, s3) if codec else index_shard(path)
         # the shard as it was indexed: reads check it (a compressed shard's when its copy
         # is made), and a change re-indexes (changed())
         self.file = FileRef(path, FileId(**index["file"]))
@@ -76,7 +80,7 @@ class TarSource(Source):
         """
         plain = local_plain_copy(self.path, identity, node_cache(cache_dir, s3))
         key = {"file": identity.as_dict(), "plain_copy": True}
-        index = index_plain(plain, key, _cache_path(cache_dir, self.path), self.path)
+        index = index_plain(plain, key, _plain_index_path(cache_dir, self.path), self.path)
         self.plain = plain
         return index
 
@@ -144,3 +148,11 @@ class TarSource(Source):
 
     def __repr__(self) -> str:
         return f"TarSource({self.path!r}, samples={len(self.table)})"
+
+
+def _plain_index_path(cache_dir: str, path: str) -> str:
+    """Where the index of a compressed shard's plain copy is cached: building it means
+    decompressing the whole shard, so it is kept (the dataset index lists compressed
+    shards without their samples)."""
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
+    return os.path.join(cache_dir, "compressed-index", f"{digest}.json")

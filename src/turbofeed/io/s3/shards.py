@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from ...engine.executor import Executor, ExecutorClosed
 from ...errors import DatasetError, StorageError
 from ..local.files import FILES
-from ..local.index import (TarDamage, _build_index, cached_index, default_cache_dir, report_damage,
+from ..local.index import (TarDamage, index_shard, cached_index, default_cache_dir, report_damage,
                           table_from_index, unreadable_index, without_images)
 from ..retry import RemoteError
 from ..source import Source
@@ -174,7 +174,7 @@ class S3Shards:
 
     def _build_from_temporary_copy(self, info: ObjectInfo) -> dict:
         with temporary_copy(self.client, info, self.scratch, self._stop) as (_, path):
-            return _build_index(path)
+            return index_shard(path)
 
     def pinned_copy(self, info: ObjectInfo) -> int | None:
         """A pinned descriptor of the node cache's copy (see :meth:`ShardCache.open`),
@@ -275,7 +275,7 @@ def _unreadable(info: ObjectInfo) -> str | None:
 def _index_copy(info: ObjectInfo, fd: int, path: str) -> dict:
     """The tar index of ``path`` (open as ``fd``), a local copy of ``info``'s object."""
     check_copy(info, fd, path)
-    return _build_index(path)
+    return index_shard(path)
 
 
 def _evicted(stats: S3Stats, path: str) -> None:
