@@ -20,11 +20,12 @@ from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
 from ..io import PathSpec, S3Config
-from ..plan import EpochDraw, EpochPlan, StreamLayout, count_batches, make_epoch_plan, plan_fingerprint
+from ..plan import EpochDraw, StreamLayout
 from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
+from ._planning import LoaderPlanning
 from ._torchargs import constructor_arguments, torch_arguments
 from .device import gpu_available
 from .env import RankChoice
@@ -33,7 +34,7 @@ from .threads import choose_threads
 log = logging.getLogger("turbofeed")
 
 
-class DataLoader(EpochBook, TorchDropIn):
+class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
     Two kinds of arguments. *What the data is*: ``data`` and ``format``,
@@ -244,9 +245,10 @@ class DataLoader(EpochBook, TorchDropIn):
         env = self._ranks.resolve()
         self.rank, self.world_size = env.rank, env.world_size
         self._streaming = streaming
+        self._ahead = (prefetch + 2) * batch_size  # how far the fetch stage reads ahead (fetch_stage)
         self.stream_layout: StreamLayout | None = stream_layout(
             self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size,
-            ahead=(prefetch + 2) * batch_size)  # how far the fetch stage reads ahead (fetch_stage)
+            ahead=self._ahead)
         # drawn again from the dataset when its shards change (_reindex_changed)
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, s3=s3)
@@ -286,39 +288,6 @@ class DataLoader(EpochBook, TorchDropIn):
         self._slot_pool = None if size is None else SlotPools(batch_size, size, pinned=self._pinned,
                                                                capacity=prefetch + 2)
 
-    def _plan_fingerprint(self) -> str:
-        more: dict[str, Any] = {} if self.stream_layout is None else {"streaming": True}
-        if self.draw is not None:
-            more["draw"] = self.draw.fingerprint()
-            if self.draw.resample:  # drawn lazily since #24: per position, or streamed, per round
-                more["resampled"] = "per-position" if self.stream_layout is None else "rounds"
-        return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
-                                drop_last=self.drop_last, **more)
-
-    def _epoch_samples(self) -> int:
-        """Samples in every epoch's global order."""
-        return self.dataset.num_samples if self.draw is None else self.draw.size
-
-    def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
-        """This rank's plan of ``epoch`` after ``start`` samples of its global order."""
-        self._sync_ranks()
-        return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
-                               shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
-                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
-
-    def _stream_state(self) -> dict[str, Any]:
-        return {} if self.stream_layout is None else self.stream_layout.state()
-
-    def _adopt_stream_state(self, state: dict) -> None:
-        """A streamed epoch resumes with the layout that ordered it (its canonical nodes,
-        block size and overlap), whatever this run's node count and cache would choose."""
-        layout = self.stream_layout
-        if layout is None or "canonical_nodes" not in state:
-            return
-        self.stream_layout = dataclasses.replace(layout, canonical_nodes=int(state["canonical_nodes"]),
-                                                 block_bytes=int(state["block_bytes"]),
-                                                 overlap=int(state.get("overlap", 1)))  # 1: saved before it
-
     def _gpu_decoder_for(self, gpu_decode: bool | Any) -> Any:
         """The batch decoder for ``gpu_decode``, or None (CPU path) with one warning saying why."""
         fixed = self.transform is not None and self.transform.size is not None
@@ -329,33 +298,6 @@ class DataLoader(EpochBook, TorchDropIn):
         if torch.device(decoder.device).type == "cuda":
             self.device = torch.device(decoder.device)  # batches are born on the decoder's GPU
         return decoder
-
-    # -- sizes -------------------------------------------------------------------------
-    def _sync_ranks(self) -> None:
-        """Take the rank and world size the environment says now, between passes (a
-        process group started after the loader was built: Lightning, Accelerate)."""
-        if self._live_passes():
-            return  # running passes keep the split they were planned with
-        env = self._ranks.resolve()
-        if (env.rank, env.world_size) == (self.rank, self.world_size):
-            return
-        self.rank, self.world_size = env.rank, env.world_size
-        if self._auto_threads:  # the node's ranks share its cores
-            self.num_threads = choose_threads().threads
-        self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
-                                           ranks_per_node=env.local_world_size)
-        if len(self) == 0:
-            raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
-                             f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
-
-    def _per_rank(self) -> int:
-        self._sync_ranks()
-        n, w = self._epoch_samples(), self.world_size
-        return n // w if self.drop_last else -(-n // w)
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (the same on every rank)."""
-        return count_batches(self._per_rank(), self.batch_size, self.drop_last)
 
     @property
     def hybrid_share(self) -> float | None:
