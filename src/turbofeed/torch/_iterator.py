@@ -83,7 +83,7 @@ class _LoaderIterator:
         self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None, self.device_output,
                                None if spec is None or spec.torch_dtype == spec.dtype.name
                                else getattr(torch, spec.torch_dtype), loader.channels_last,
-                               stack=bool(callables), device=loader.device)
+                               stack=bool(callables) or loader.buckets is not None, device=loader.device)
         deliver_images: Callable[[Job, Any], Any] = self.deliver if gpu_decoder is None else _on_device
         if loader.fields is not None:
             deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)

@@ -20,11 +20,12 @@ from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
 from ..io import PathSpec, S3Config
-from ..plan import EpochDraw, EpochPlan, StreamLayout, count_batches, make_epoch_plan, plan_fingerprint
+from ..plan import EpochDraw, EpochPlan, StreamLayout, bucketed_size, count_batches, make_epoch_plan, plan_fingerprint
 from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
+from .buckets import loader_buckets
 from .device import gpu_available
 from .env import RankChoice
 from .threads import choose_threads
@@ -162,6 +163,14 @@ class DataLoader(EpochBook, TorchDropIn):
             torchvision and Pillow: pixels as stored). The native crop decoder maps the
             window onto the stored pixels and turns only its output (within 1 level of
             Pillow's resize of the turned image); the GPU path turns each decoded image.
+        buckets: aspect-ratio buckets: ``"aspect"`` (SDXL's nine sizes near 1024x1024), a
+            list of ``(height, width)`` or of ratios (width / height). Every batch then
+            holds images of one bucket (by their stored size, from the dataset index),
+            shuffled per (seed, epoch), the same bucket on every rank at each step, and
+            equal steps on every rank (a bucket's last partial batch dropped or padded
+            from the same bucket, as ``drop_last`` says); resumable with the same world
+            and batch size. Give the transform ``transforms.BucketResize`` with the same
+            value to size each batch to its bucket's shape. See docs/samples.md.
 
     Drop-in for code written for ``torch.utils.data.DataLoader``: ``dataset`` (all ranks,
     ``len(loader.dataset)`` samples), ``sampler``, ``batch_sampler``, ``collate_fn``,
@@ -193,7 +202,7 @@ class DataLoader(EpochBook, TorchDropIn):
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
                  apply_exif_orientation: bool = False,
-                 index: str | os.PathLike | bool | None = None) -> None:
+                 index: str | os.PathLike | bool | None = None, buckets: str | Sequence | None = None) -> None:
         self.apply_exif_orientation = apply_exif_orientation
         self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
         if num_workers is None:
@@ -237,6 +246,9 @@ class DataLoader(EpochBook, TorchDropIn):
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, s3=s3)
         self.draw: EpochDraw | None = self._draw_for(self.dataset)
+        self._bucket_for = functools.partial(loader_buckets, buckets, transform=transform,
+                                             streaming=self.stream_layout is not None, draw=self.draw)
+        self.buckets = self._bucket_for(self.dataset)  # drawn again when the shards change
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
@@ -277,11 +289,16 @@ class DataLoader(EpochBook, TorchDropIn):
             more["draw"] = self.draw.fingerprint()
             if self.draw.resample:  # drawn lazily since #24: per position, or streamed, per round
                 more["resampled"] = "per-position" if self.stream_layout is None else "rounds"
+        if self.buckets is not None:  # the cut into global batches depends on both
+            more.update(self.buckets.fingerprint(), world_size=self.world_size, batch_size=self.batch_size)
         return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
                                 drop_last=self.drop_last, **more)
 
     def _epoch_samples(self) -> int:
         """Samples in every epoch's global order."""
+        if self.buckets is not None:
+            return bucketed_size(self.buckets.counts, batch_size=self.batch_size, world_size=self.world_size,
+                                 drop_last=self.drop_last)
         return self.dataset.num_samples if self.draw is None else self.draw.size
 
     def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
@@ -289,7 +306,8 @@ class DataLoader(EpochBook, TorchDropIn):
         self._sync_ranks()
         return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
-                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
+                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw,
+                               buckets=None if self.buckets is None else self.buckets.groups)
 
     def _stream_state(self) -> dict[str, Any]:
         return {} if self.stream_layout is None else self.stream_layout.state()
@@ -400,6 +418,8 @@ class DataLoader(EpochBook, TorchDropIn):
                                                      shard_bytes=shard_bytes(self.dataset))
         if self.draw is not None:
             self.draw = self._draw_for(self.dataset)
+        if self.buckets is not None:
+            self.buckets = self._bucket_for(self.dataset)
         self._fingerprint = self._plan_fingerprint()
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "

@@ -1,0 +1,69 @@
+"""The loader's aspect-ratio buckets (``DataLoader(..., buckets=...)``): each sample's
+bucket, from the image sizes the dataset index holds (:func:`turbofeed.io.sizes.image_sizes`),
+for the plan (:mod:`turbofeed.plan.buckets`) to form one-bucket batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..io.sizes import image_sizes
+from ..plan import Buckets, bucket_counts
+from ..transforms import BucketResize, Compose
+
+log = logging.getLogger("turbofeed")
+
+
+@dataclass(frozen=True)
+class LoaderBuckets:
+    """The buckets and each sample's.
+
+    Attributes:
+        buckets: the bucket set.
+        groups: int64 bucket of each global sample id.
+        counts: int64 samples per bucket.
+    """
+
+    buckets: Buckets
+    groups: np.ndarray
+    counts: np.ndarray
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What fixes the bucketed order besides the data (the world and batch size are
+        the loader's: both cut it)."""
+        return {"buckets": [list(s) for s in self.buckets.sizes]}
+
+
+def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose | None, *,
+                   streaming: bool, draw: Any) -> LoaderBuckets | None:
+    """The buckets of ``spec`` (None: no buckets) over ``dataset``'s samples.
+
+    Raises:
+        ValueError: buckets with streaming, weights or resampling; a transform whose
+            ``BucketResize`` has other buckets than ``spec``.
+        DatasetError: a source whose image sizes cannot be known (``s3://`` without an index).
+    """
+    if spec is None:
+        return None
+    buckets = Buckets.make(spec)
+    if streaming or draw is not None:
+        raise ValueError("buckets= does not combine with streaming, weights, epoch_size or resample: "
+                         "a bucketed epoch is every sample once, read in any order")
+    resize = None if transform is None else next((op for op in transform.geometry if isinstance(op, BucketResize)),
+                                                 None)
+    if resize is not None and resize.buckets.sizes != buckets.sizes:
+        raise ValueError(f"buckets={spec!r} but the transform's {resize!r} has other buckets: "
+                         "give both the same value, so each batch gets one shape")
+    if resize is None and (transform is None or transform.size is None):
+        log.warning("turbofeed: buckets=%r without transforms.BucketResize (or a fixed output size): "
+                    "images keep their own sizes, and batches are lists", spec)
+    heights, widths = image_sizes(dataset)
+    groups = buckets.assign(heights, widths)
+    counts = bucket_counts(groups, len(buckets))
+    log.info("turbofeed: %d samples in %d aspect-ratio buckets: %s", len(groups), len(buckets),
+             ", ".join(f"{h}x{w}: {c}" for (h, w), c in zip(buckets.sizes, counts.tolist()) if c))
+    return LoaderBuckets(buckets, groups, counts)
