@@ -78,15 +78,18 @@ def local_part(path: str) -> ShardPart:
         if compressed:
             return unindexed_part(**FileId.of(st).as_dict())
         members, damage = scan_members(f, st.st_size)
-        part = shard_part(members, damage, Window(f.fileno()).pread)
+        part = shard_part(members, damage, Window(f.fileno()).pread, Window(f.fileno()).pread)
     part.entry.update(FileId.of(st).as_dict())
     return part
 
 
 def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
-               pread: Callable[[int, int], bytes]) -> ShardPart:
+               pread: Callable[[int, int], bytes], heads: Callable[[int, int], bytes] | None = None) -> ShardPart:
     """The part of a shard whose members :func:`scan_members` found (labels read with
-    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels)."""
+    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels; each
+    image's first bytes, for its size, with ``heads`` (default ``pread``): a reader of its
+    own, so the labels' and the images' reads, each in file order, do not evict each
+    other's window)."""
     problems: list[tuple[str, str]] = []
     bad: list[list] = []
     keys: list[bytes] = []
@@ -105,7 +108,7 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
         offset.append(at)
         size.append(nbytes)
         # the image's size from its header (aspect-ratio buckets): its first bytes only
-        h, w = (0, 0) if image is None else probe_size(lambda n: pread(n, at), nbytes)
+        h, w = (0, 0) if image is None else probe_size(lambda n: (heads or pread)(n, at), nbytes)
         heights.append(h)
         widths.append(w)
         kind, value = NONE, 0
