@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from builders import encode, photo, write_tar
 
 import turbofeed
@@ -17,6 +18,7 @@ from turbofeed.io.dsindex import fileformat
 from turbofeed.io.dsindex.fileformat import read_index, write_index
 from turbofeed.plan import Buckets, make_epoch_plan
 from turbofeed.plan.buckets import bucket_order
+from turbofeed import transforms as T
 from turbofeed.transforms import BucketResize, Compose
 
 BUCKETS = [(32, 32), (24, 48), (48, 24)]
@@ -223,3 +225,38 @@ def test_an_image_folder_has_its_sizes_read_and_a_wrong_transform_is_refused(tmp
     with pytest.raises(ValueError, match="other buckets"):
         turbofeed.DataLoader(str(tmp_path / "f"), batch_size=2, buckets="aspect", classes=["c0", "c1"],
                              transform=Compose([BucketResize(BUCKETS)]))
+
+
+def test_normalize_after_bucket_resize_gives_float_batches_of_the_uint8_ones(tmp_path):
+    data, _ = _data(tmp_path / "d", shards=1)
+    plain = _epoch_images(_loader(data))
+    normed = _epoch_images(turbofeed.DataLoader(data, shuffle=True, buckets=BUCKETS, batch_size=4, num_workers=2,
+                                                transform=Compose([BucketResize(BUCKETS), T.Normalize()])))
+    assert len(plain) == len(normed) > 0
+    mean = torch.tensor(T.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(T.IMAGENET_STD).view(1, 3, 1, 1)
+    for u8, f32 in zip(plain, normed):
+        assert u8.dtype == torch.uint8 and f32.dtype == torch.float32 and u8.shape == f32.shape
+        assert torch.allclose(f32, (u8.float() / 255 - mean) / std, atol=1e-5)
+
+
+def _epoch_images(loader) -> list:
+    return [batch[0] for batch in loader]
+
+
+def test_fields_batches_and_ratio_buckets_sized_to_an_area(tmp_path):
+    data, truth = _data(tmp_path / "d", shards=1)
+    ratios = [0.5, 1.0, 2.0]
+    resize = BucketResize(ratios, area=32 * 32, multiple=8)
+    assert resize.buckets.sizes == ((48, 24), (32, 32), (24, 48))
+    loader = turbofeed.DataLoader(data, batch_size=4, buckets=ratios, num_workers=2, transform=Compose([resize]),
+                                  fields={"image": "jpg", "label": "cls"})
+    keys = []
+    for batch in loader:  # __key__ is the sample key; truth names shard-0.tar/KEY
+        batch["__key__"] = [f"shard-0.tar/{k}" for k in batch["__key__"]]
+        sizes = {resize.buckets.sizes[resize.buckets.of(*truth[k])] for k in batch["__key__"]}
+        assert sizes == {tuple(batch["image"].shape[2:])} and batch["image"].shape[0] == 4
+        keys += batch["__key__"]
+    assert sorted(keys) == sorted(truth)
+    with pytest.raises(ValueError, match="streaming"):
+        turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]), streaming=True)

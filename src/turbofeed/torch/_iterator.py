@@ -80,7 +80,10 @@ class _LoaderIterator:
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if fixed and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
-        self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None, self.device_output,
+        # bucketed batches of one shape from the per-sample decode (uint8): normalised once stacked
+        bucketed = loader.buckets is not None and not fixed and not callables and transform is not None
+        self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None,
+                               transform.output if bucketed and transform is not None else self.device_output,
                                None if spec is None or spec.torch_dtype == spec.dtype.name
                                else getattr(torch, spec.torch_dtype), loader.channels_last,
                                stack=bool(callables) or loader.buckets is not None, device=loader.device)
@@ -164,7 +167,8 @@ class Deliver:
 
     Args:
         cuda: the copier to the GPU, or None for CPU tensors.
-        output: normalisation done at delivery (on the GPU), or None.
+        output: normalisation done at delivery (on the GPU; or, for stacked per-sample
+            outputs, on the batch), or None.
         host_cast: a torch dtype the host batch is cast to (bfloat16), or None.
         channels_last: slots hold NHWC rows.
         stack: per-sample outputs (user callables) that agree in shape and dtype are
@@ -188,7 +192,9 @@ class Deliver:
                 return [torch.as_tensor(img) for img, _ in value], labels
             images = collate([img for img, _ in value])  # one tensor when the shapes agree
             if isinstance(images, torch.Tensor) and self.device is not None:
-                return images.to(self.device), labels.to(self.device)
+                images, labels = images.to(self.device), labels.to(self.device)
+            if isinstance(images, torch.Tensor):
+                images = apply_output(images, self.output)  # bucketed uint8 batches: Normalize/ToDtype
             return images, labels
         slot, n = value.slot, len(value.labels)
         assert slot is not None  # fixed-size batches are slots of the pool

@@ -55,9 +55,11 @@ def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose
                          "a bucketed epoch is every sample once, read in any order")
     resize = None if transform is None else next((op for op in transform.geometry if isinstance(op, BucketResize)),
                                                  None)
-    if resize is not None and resize.buckets.sizes != buckets.sizes:
-        raise ValueError(f"buckets={spec!r} but the transform's {resize!r} has other buckets: "
-                         "give both the same value, so each batch gets one shape")
+    if resize is not None:
+        if _plain(resize.spec) != _plain(spec):
+            raise ValueError(f"buckets={spec!r} but the transform's {resize!r} has other buckets: "
+                             "give both the same value, so each batch gets one shape")
+        buckets = resize.buckets  # its sizes (ratios sized to its area): an image's bucket is the same in both
     if resize is None and (transform is None or transform.size is None):
         log.warning("turbofeed: buckets=%r without transforms.BucketResize (or a fixed output size): "
                     "images keep their own sizes, and batches are lists", spec)
@@ -67,3 +69,10 @@ def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose
     log.info("turbofeed: %d samples in %d aspect-ratio buckets: %s", len(groups), len(buckets),
              ", ".join(f"{h}x{w}: {c}" for (h, w), c in zip(buckets.sizes, counts.tolist()) if c))
     return LoaderBuckets(buckets, groups, counts)
+
+
+def _plain(spec: object) -> object:
+    """``spec`` with its lists and tuples alike (``[(32, 32)]`` is ``((32, 32),)``)."""
+    if isinstance(spec, (list, tuple)):
+        return tuple(_plain(item) for item in spec)
+    return spec

@@ -25,14 +25,15 @@ class BucketResize(GeometricOp):
             ``(height, width)``, or of aspect ratios (width / height) sized to ``area``:
             the same value as the loader's ``buckets``.
         area: pixels per image for buckets given as ratios.
+        multiple: what their sides are a multiple of (64 suits VAEs and patch sizes).
 
     It must be the first geometric op (the bucket is chosen from the image's own size);
     crops after it change every bucket's size alike.
     """
 
-    def __init__(self, buckets: str | Sequence = "aspect", *, area: int = 1024 * 1024) -> None:
+    def __init__(self, buckets: str | Sequence = "aspect", *, area: int = 1024 * 1024, multiple: int = 64) -> None:
         self.spec = buckets
-        self.buckets = Buckets.make(buckets, area=area)
+        self.buckets = Buckets.make(buckets, area=area, multiple=multiple)
 
     def apply(self, view: View, rng: random.Random) -> View:
         oh, ow = self.buckets.sizes[self.buckets.of(view.height, view.width)]
