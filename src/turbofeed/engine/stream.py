@@ -127,7 +127,7 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
     bucket = None if groups is None else groups[int(order[position])]
     while u is not None:
         gid = int(order[u % n])
-        if bucket is not None and groups[gid] != bucket:
+        if groups is not None and groups[gid] != bucket:
             u = policy.next_unknown(order, u + 1, end)
             continue
         try:
