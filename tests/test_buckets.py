@@ -260,3 +260,31 @@ def test_fields_batches_and_ratio_buckets_sized_to_an_area(tmp_path):
     assert sorted(keys) == sorted(truth)
     with pytest.raises(ValueError, match="streaming"):
         turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]), streaming=True)
+
+
+def _late_header_jpeg(h: int, w: int, seed: int) -> bytes:
+    """A JPEG whose size (SOF marker) lies past the first 16 KiB: a 40 KB ICC profile first."""
+    data = encode(photo(h, w, seed=seed), icc_profile=bytes(range(256)) * 160)
+    assert data.find(b"\xff\xc0") > 16 << 10 or data.find(b"\xff\xc2") > 16 << 10
+    return data
+
+
+@pytest.mark.parametrize("index", [None, False])
+def test_sizes_behind_a_large_header_and_without_the_index(tmp_path, index):
+    """Sizes come from the index (index=None) or are read when the loader starts
+    (index=False: per-shard tables); a header past the first read is found either way."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    members, truth = [], {}
+    for i in range(8):
+        h, w = SHAPES[i % len(SHAPES)]
+        members += [(f"{i:05d}.jpg", _late_header_jpeg(h, w, i) if i < 4 else encode(photo(h, w, seed=i))),
+                    (f"{i:05d}.cls", b"0")]
+        truth[f"shard-0.tar/{i:05d}"] = (h, w)
+    write_tar(str(folder / "shard-0.tar"), members)
+    loader = _loader(str(folder), batch_size=2, index=index)
+    assert (loader.dataset.index is None) == (index is False)
+    batches = _epoch(loader)
+    for shape, keys in batches:
+        assert {BUCKETS[_bucket_of(*truth[k])] for k in keys} == {shape[2:]}
+    assert sorted(k for _, keys in batches for k in keys) == sorted(truth)

@@ -4,8 +4,8 @@ Tar shards described by the dataset index (:mod:`turbofeed.io.dsindex`) have the
 already: the index reads each image's header when it reads the shard. Other local
 sources (image folders, shards the index does not describe: compressed ones, or
 ``index=False``, HDF5/Zarr/.npy/Parquet/TFRecord) are probed here, once, when a loader
-with buckets is built: each sample read and its header parsed (no pixel decoded), one
-info line saying how many. ``s3://`` shards without an index are refused (probing them
+with buckets is built: each image's first bytes read (:meth:`~turbofeed.io.source.Source.head`)
+and its header parsed (no pixel decoded), one info line saying how many. ``s3://`` shards without an index are refused (probing them
 would download each): ``turbofeed index PREFIX`` writes their index, sizes included.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..decode.probe import probe_size
+from ..decode.probe import HEAD_BYTES, MORE_BYTES, probe_size
 from ..errors import DatasetError
 
 if TYPE_CHECKING:
@@ -61,10 +61,24 @@ def _probe(source: Source) -> tuple[np.ndarray, np.ndarray]:
     n = len(source.table)
     h, w = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for i in range(n):
-        data = source.read(i)  # a storage fault raises, as on every path
-        if isinstance(data, np.ndarray):
-            if data.ndim in (2, 3):
-                h[i], w[i] = data.shape[:2]
+        head = source.head(i, HEAD_BYTES)  # a storage fault raises, as on every path
+        if isinstance(head, np.ndarray):  # a decoded array sample (HDF5, Zarr, .npy)
+            if head.ndim in (2, 3):
+                h[i], w[i] = head.shape[:2]
             continue
-        h[i], w[i] = probe_size(lambda k: data[:k], len(data))
+        h[i], w[i] = probe_size(_Heads(source, i, head).read, len(head) if len(head) < HEAD_BYTES else MORE_BYTES)
     return h, w
+
+
+class _Heads:
+    """Sample ``i``'s first bytes as :func:`probe_size` asks for them: from the ``head``
+    read already, more only when a header lies past it (large EXIF or ICC segments)."""
+
+    def __init__(self, source: Source, i: int, head: bytes) -> None:
+        self.source, self.i, self.head = source, i, head
+
+    def read(self, n: int) -> bytes:
+        if n <= len(self.head):
+            return self.head[:n]
+        more = self.source.head(self.i, n)
+        return more if isinstance(more, bytes) else bytes(more)
