@@ -288,3 +288,24 @@ def test_sizes_behind_a_large_header_and_without_the_index(tmp_path, index):
     for shape, keys in batches:
         assert {BUCKETS[_bucket_of(*truth[k])] for k in keys} == {shape[2:]}
     assert sorted(k for _, keys in batches for k in keys) == sorted(truth)
+
+
+def test_a_launcher_seen_after_construction_cuts_and_fingerprints_for_its_world(tmp_path, monkeypatch):
+    """Lightning starts the ranks after the loader is built: the bucketed cut and the
+    resume state follow the world size of the pass, so a new process of that world resumes."""
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    data, _ = _data(tmp_path / "d")
+    loader = _loader(data)
+    assert loader.world_size == 1
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    it = iter(loader)
+    first = [(tuple(x.shape), list(k)) for _, (x, _, k) in zip(range(2), it)]
+    state = loader.state_dict()
+    del it
+    full = _epoch(_loader(data))  # built under the launcher: rank 0 of 2
+    assert first == full[:2] and state["world_size"] == 2
+    resumed = _loader(data)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == full[2:]

@@ -347,6 +347,8 @@ class DataLoader(EpochBook, TorchDropIn):
             self.num_threads = choose_threads().threads
         self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
                                            ranks_per_node=env.local_world_size)
+        if self.buckets is not None:  # the bucketed cut into global batches depends on the world size
+            self._fingerprint = self._plan_fingerprint()
         if len(self) == 0:
             raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
                              f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
