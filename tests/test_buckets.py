@@ -309,3 +309,14 @@ def test_a_launcher_seen_after_construction_cuts_and_fingerprints_for_its_world(
     resumed = _loader(data)
     resumed.load_state_dict(state)
     assert _epoch(resumed) == full[2:]
+
+
+def test_bucketed_slots_in_channels_last_and_bucket_resize_first(tmp_path):
+    data, _ = _data(tmp_path / "d", shards=1)
+    plain = _epoch_images(_loader(data))
+    nhwc = _epoch_images(_loader(data, channels_last=True))
+    assert len(plain) == len(nhwc) > 0
+    for a, b in zip(plain, nhwc):
+        assert torch.equal(a, b) and b.is_contiguous(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match="first geometric op"):
+        turbofeed.DataLoader(data, batch_size=4, buckets=BUCKETS, transform=Compose([T.Resize(64), BucketResize(BUCKETS)]))

@@ -5,12 +5,13 @@ for the plan (:mod:`turbofeed.plan.buckets`) to form one-bucket batches."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..engine.bucket_slots import BucketPool, BucketSlotPools
 from ..io.sizes import image_sizes
 from ..plan import Buckets, bucket_counts
 from ..transforms import BucketResize, Compose
@@ -31,11 +32,26 @@ class LoaderBuckets:
     buckets: Buckets
     groups: np.ndarray
     counts: np.ndarray
+    _slots: dict = field(default_factory=dict, compare=False, repr=False)  # kept across passes
 
     def fingerprint(self) -> dict[str, Any]:
         """What fixes the bucketed order besides the data (the world and batch size are
         the loader's: both cut it)."""
         return {"buckets": [list(s) for s in self.buckets.sizes]}
+
+    def slot_pool(self, transform: Compose | None, *, batch_size: int, pinned: bool,
+                  capacity: int) -> Callable[[np.dtype, bool], BucketPool] | None:
+        """``pool(dtype, channels_last)`` of batch slots sized per bucket when ``transform``
+        gives each image its bucket's size (``BucketResize`` its last geometric op, no
+        callables after it); else None (per-sample outputs, stacked when they agree)."""
+        if transform is None or transform.callables or not transform.geometry \
+                or not isinstance(transform.geometry[-1], BucketResize):
+            return None
+        sizes = transform.geometry[-1].buckets.sizes
+        key = (batch_size, pinned, capacity, sizes)
+        if key not in self._slots:
+            self._slots[key] = BucketSlotPools(batch_size, sizes, pinned=pinned, capacity=capacity)
+        return self._slots[key].pool(self.groups)
 
 
 def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose | None, *,
@@ -56,6 +72,9 @@ def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose
     resize = None if transform is None else next((op for op in transform.geometry if isinstance(op, BucketResize)),
                                                  None)
     if resize is not None:
+        if transform is not None and transform.geometry[0] is not resize:
+            raise ValueError(f"{resize!r} must be the transform's first geometric op: it picks each image's "
+                             "bucket from the image's own size, as the loader's plan does")
         if _plain(resize.spec) != _plain(spec):
             raise ValueError(f"buckets={spec!r} but the transform's {resize!r} has other buckets: "
                              "give both the same value, so each batch gets one shape")
