@@ -7,7 +7,7 @@ from .resume import DataPrint, check_data, check_state, make_state, plan_fingerp
 from .streaming import StreamLayout
 
 __all__ = [
-    "Buckets", "DataPrint", "EpochDraw", "EpochPlan", "Order", "ShardVisits", "StreamLayout", "check_data", "check_state",
-    "bucket_counts", "bucketed_size", "count_batches", "draw_epoch", "epoch_permutation", "make_epoch_plan", "make_state", "plan_fingerprint",
-    "quotas", "rank_order",
+    "Buckets", "DataPrint", "EpochDraw", "EpochPlan", "Order", "ShardVisits", "StreamLayout", "bucket_counts",
+    "bucketed_size", "check_data", "check_state", "count_batches", "draw_epoch", "epoch_permutation",
+    "make_epoch_plan", "make_state", "plan_fingerprint", "quotas", "rank_order",
 ]
