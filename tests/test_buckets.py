@@ -319,4 +319,5 @@ def test_bucketed_slots_in_channels_last_and_bucket_resize_first(tmp_path):
     for a, b in zip(plain, nhwc):
         assert torch.equal(a, b) and b.is_contiguous(memory_format=torch.channels_last)
     with pytest.raises(ValueError, match="first geometric op"):
-        turbofeed.DataLoader(data, batch_size=4, buckets=BUCKETS, transform=Compose([T.Resize(64), BucketResize(BUCKETS)]))
+        turbofeed.DataLoader(data, batch_size=4, buckets=BUCKETS,
+                             transform=Compose([T.Resize(64), BucketResize(BUCKETS)]))

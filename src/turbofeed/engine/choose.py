@@ -83,7 +83,8 @@ def open_gpu_decoder(gpu_decode: bool | Any, device: Any, stats: Stats, *, unusa
 
 
 def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch_size: int,
-                 decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool | BucketPool] | None = None,
+                 decoder: Any = None, hybrid: Any = None,
+                 pool: Callable[[np.dtype, bool], SlotPool | BucketPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
                  callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None,

@@ -4,8 +4,9 @@ Tar shards described by the dataset index (:mod:`turbofeed.io.dsindex`) have the
 already: the index reads each image's header when it reads the shard. Other local
 sources (image folders, shards the index does not describe: compressed ones, or
 ``index=False``, HDF5/Zarr/.npy/Parquet/TFRecord) are probed here, once, when a loader
-with buckets is built: each image's first bytes read (:meth:`~turbofeed.io.source.Source.head`)
-and its header parsed (no pixel decoded), one info line saying how many. ``s3://`` shards without an index are refused (probing them
+with buckets is built: each image's first bytes read
+(:meth:`~turbofeed.io.source.Source.head`) and its header parsed (no pixel decoded), one
+info line saying how many. ``s3://`` shards without an index are refused (probing them
 would download each): ``turbofeed index PREFIX`` writes their index, sizes included.
 """
 
