@@ -260,6 +260,9 @@ def test_fields_batches_and_ratio_buckets_sized_to_an_area(tmp_path):
     assert sorted(keys) == sorted(truth)
     with pytest.raises(ValueError, match="streaming"):
         turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]), streaming=True)
+    with pytest.raises(ValueError, match="apply_exif_orientation"):
+        turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]),
+                             apply_exif_orientation=True)
 
 
 def _late_header_jpeg(h: int, w: int, seed: int) -> bytes:

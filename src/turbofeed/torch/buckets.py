@@ -55,12 +55,13 @@ class LoaderBuckets:
 
 
 def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose | None, *,
-                   streaming: bool, draw: Any) -> LoaderBuckets | None:
+                   streaming: bool, draw: Any, orient: bool = False) -> LoaderBuckets | None:
     """The buckets of ``spec`` (None: no buckets) over ``dataset``'s samples.
 
     Raises:
-        ValueError: buckets with streaming, weights or resampling; a transform whose
-            ``BucketResize`` has other buckets than ``spec``.
+        ValueError: buckets with streaming, weights or resampling, or with ``orient``
+            (``apply_exif_orientation``); a transform whose ``BucketResize`` has other
+            buckets than ``spec`` or is not its first geometric op.
         DatasetError: a source whose image sizes cannot be known (``s3://`` without an index).
     """
     if spec is None:
@@ -69,6 +70,9 @@ def loader_buckets(spec: str | Sequence | None, dataset: Any, transform: Compose
     if streaming or draw is not None:
         raise ValueError("buckets= does not combine with streaming, weights, epoch_size or resample: "
                          "a bucketed epoch is every sample once, read in any order")
+    if orient:  # the window is chosen on the upright image: a turned one would change bucket
+        raise ValueError("buckets= with apply_exif_orientation=True: buckets come from each image's stored "
+                         "size (the dataset index), which EXIF orientation may turn; store the images upright")
     resize = None if transform is None else next((op for op in transform.geometry if isinstance(op, BucketResize)),
                                                  None)
     if resize is not None:

@@ -247,7 +247,8 @@ class DataLoader(EpochBook, TorchDropIn):
                                            resample=resample, format=format, s3=s3)
         self.draw: EpochDraw | None = self._draw_for(self.dataset)
         self._bucket_for = functools.partial(loader_buckets, buckets, transform=transform,
-                                             streaming=self.stream_layout is not None, draw=self.draw)
+                                             streaming=self.stream_layout is not None, draw=self.draw,
+                                             orient=apply_exif_orientation)
         self.buckets = self._bucket_for(self.dataset)  # drawn again when the shards change
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
