@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,3 +46,26 @@ def probe(data: bytes | np.ndarray) -> ImageInfo:
             return ImageInfo(im.height, im.width, (im.format or "unknown").lower())
     except Exception as exc:  # Pillow raises many types for rubbish input
         raise ValueError(f"not a readable image ({type(exc).__name__}: {exc})") from None
+
+
+#: Bytes of an image member read to find its size: enough for the headers of nearly every
+#: JPEG (SOF after EXIF and ICC segments of a few KiB), PNG, WebP, GIF and BMP.
+HEAD_BYTES = 16 << 10
+#: A second, larger read for the rest (a JPEG whose EXIF thumbnail or ICC profile comes first).
+MORE_BYTES = 256 << 10
+
+
+def probe_size(read: Callable[[int], bytes], nbytes: int) -> tuple[int, int]:
+    """``(height, width)`` of the image whose first ``n`` bytes ``read(n)`` returns
+    (``nbytes`` in all): headers only, at most :data:`HEAD_BYTES` then :data:`MORE_BYTES`
+    read; ``(0, 0)`` when neither holds a readable header (not an image, damaged: the
+    decode says so when the sample is loaded)."""
+    for n in (HEAD_BYTES, MORE_BYTES):
+        head = read(min(n, nbytes))
+        try:
+            info = probe(head)
+            return info.height, info.width
+        except Exception:  # a header cut by our read, or no image: try more, then give up
+            if n >= nbytes:
+                break
+    return 0, 0

@@ -20,6 +20,7 @@ from ..plan import EpochPlan
 from ..transforms import Compose
 from .fields import FieldOptions, FieldReader, NoImage, WithFields
 from .policy import ErrorPolicy, PassPolicy
+from .bucket_slots import BucketPool
 from .slots import SlotPool
 from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
 from .stats import Stats
@@ -82,7 +83,8 @@ def open_gpu_decoder(gpu_decode: bool | Any, device: Any, stats: Stats, *, unusa
 
 
 def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch_size: int,
-                 decoder: Any = None, hybrid: Any = None, pool: Callable[[np.dtype, bool], SlotPool] | None = None,
+                 decoder: Any = None, hybrid: Any = None,
+                 pool: Callable[[np.dtype, bool], SlotPool | BucketPool] | None = None,
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
                  callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None,

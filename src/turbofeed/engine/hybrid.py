@@ -118,7 +118,9 @@ class HybridDecode:
 
     @property
     def host_pool(self) -> SlotPool:
-        return self.cpu.pool
+        pool = self.cpu.pool
+        assert isinstance(pool, SlotPool)  # hybrid needs one output size: never a bucketed pool
+        return pool
 
     def acquire(self) -> HybridSlot:
         """An empty batch whose split is fixed now, from the speeds measured so far."""

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from .bucket_slots import BucketPool, PendingSlot
 from .slots import Slot, SlotPool
 from .work import Decoded, SampleWork
 
@@ -93,23 +94,25 @@ class HostBatch:
 class FusedCpuDecode:
     """decode.cpu for a transform of one output size: each worker decodes only the crop
     window, resizes, flips and normalises it in one native call straight into its row
-    of a pooled batch slot."""
+    of a pooled batch slot. With aspect-ratio buckets (``pool`` a
+    :class:`~turbofeed.engine.bucket_slots.BucketPool`), the slot of the batch's bucket."""
 
     info = StageInfo("decode.cpu", "sample", ("fetch", "decode.cpu", "augment", "collate"))
 
-    def __init__(self, work: SampleWork, pool: SlotPool, *, channels_first: bool) -> None:
+    def __init__(self, work: SampleWork, pool: SlotPool | BucketPool, *, channels_first: bool) -> None:
         self.work = work
         self.pool = pool
         self.channels_first = channels_first
 
-    def acquire(self) -> Slot:
+    def acquire(self) -> Slot | PendingSlot:
         return self.pool.acquire()
 
-    def fill(self, gid: int, buffer: Slot, j: int) -> None:
-        self.work.into_slot(gid, buffer, j, channels_first=self.channels_first)
+    def fill(self, gid: int, buffer: Slot | PendingSlot, j: int) -> None:
+        slot = buffer.for_sample(gid) if isinstance(buffer, PendingSlot) else buffer
+        self.work.into_slot(gid, slot, j, channels_first=self.channels_first)
 
     def finish(self, job: Job) -> HostBatch:
-        slot: Slot = job.slot
+        slot: Slot = job.slot.taken() if isinstance(job.slot, PendingSlot) else job.slot
         keep = np.flatnonzero(job.ok)  # fewer only under on_error="skip"
         n = len(job)
         if len(keep) < n:

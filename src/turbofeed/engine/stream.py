@@ -124,8 +124,13 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
     tries = plan.replacement_positions(position)  # every other position once, wrapping around
     end = tries.stop
     u = policy.next_unknown(order, tries.start, end)
+    groups = plan.groups  # aspect-ratio buckets: a replacement of the batch's own bucket (its shape)
+    bucket = None if groups is None else groups[int(order[position])]
     while u is not None:
         gid = int(order[u % n])
+        if groups is not None and groups[gid] != bucket:
+            u = policy.next_unknown(order, u + 1, end)
+            continue
         try:
             fill(gid)
         except SampleError as err:

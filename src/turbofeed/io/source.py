@@ -100,6 +100,13 @@ class Source(Protocol):
         long as it is referenced). Default: :meth:`read`."""
         return self.read(i)
 
+    def head(self, i: int, size: int) -> bytes | np.ndarray:
+        """The first ``size`` bytes of sample ``i`` (its image's header: its size for
+        aspect-ratio buckets, :mod:`turbofeed.io.sizes`); an array sample whole. Default:
+        :meth:`read` cut (sources of files override it to read no more)."""
+        data = self.read(i)
+        return data if isinstance(data, np.ndarray) else data[:size]
+
     def read_member(self, i: int, ext: str) -> bytes | np.ndarray | None:
         """The member of sample ``i`` with extension ``ext`` (``"jpg"``, ``"txt"``,
         ``"seg.png"``), or None when the sample has none; thread-safe like :meth:`read`.

@@ -147,6 +147,9 @@ class SampleTable:
             gives them (``jpg``, ``txt``, ``seg.png``), in order of first appearance.
         member_offset: integer byte offset of each member's payload.
         member_size: integer payload size of each member in bytes.
+        heights, widths: each image's size from its header (0: unknown), when the table
+            comes from a dataset index (:mod:`turbofeed.io.dsindex`); None otherwise
+            (:func:`turbofeed.io.sizes.image_sizes` probes them then).
     """
 
     keys: Sequence[str] = field(default_factory=list)
@@ -161,6 +164,8 @@ class SampleTable:
     member_exts: tuple[str, ...] = ()
     member_offset: np.ndarray = field(default_factory=_int64s)
     member_size: np.ndarray = field(default_factory=_int64s)
+    heights: np.ndarray | None = None
+    widths: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)

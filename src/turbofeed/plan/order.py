@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .buckets import bucket_order
 from .mixing import EpochDraw
 from .resampled import ResampledRankOrder
 from .stream_rounds import rounds_rank_order
@@ -118,12 +119,15 @@ class EpochPlan:
             ``order``; :func:`~turbofeed.plan.streaming.stream_blocks`): the fetch stage
             holds a shard for each block that reads it. None otherwise (a resampled
             streamed order tells its blocks round by round).
+        groups: with aspect-ratio buckets, the bucket of each sample id (int64, indexed
+            by id): a bad sample is replaced by one of its own bucket. None otherwise.
     """
 
     order: Order
     batch_size: int
     drop_last: bool
     blocks: np.ndarray | None = None
+    groups: np.ndarray | None = None
 
     def __len__(self) -> int:
         return count_batches(len(self.order), self.batch_size, self.drop_last)
@@ -156,13 +160,25 @@ def make_epoch_plan(
     start: int = 0,
     stream: StreamLayout | None = None,
     draw: EpochDraw | None = None,
+    buckets: np.ndarray | None = None,
 ) -> EpochPlan:
     """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
     of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
     (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
     epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once.
     A resampled epoch is drawn lazily (:mod:`turbofeed.plan.resampled`; streamed, round by
-    round, :mod:`turbofeed.plan.stream_rounds`): memory and time do not grow with ``epoch_size``."""
+    round, :mod:`turbofeed.plan.stream_rounds`): memory and time do not grow with ``epoch_size``.
+    With ``buckets`` (the aspect-ratio bucket of each sample id), every batch of every
+    rank holds one bucket (:mod:`turbofeed.plan.buckets`); not with ``stream`` or ``draw``."""
+    if buckets is not None:
+        if stream is not None or draw is not None:
+            raise ValueError("aspect-ratio buckets do not combine with streaming, weights or resampling")
+        order = bucket_order(buckets, batch_size=batch_size, world_size=world_size, seed=seed, epoch=epoch,
+                             shuffle=shuffle, drop_last=drop_last)
+        order = rank_order(len(order), seed=seed, epoch=epoch, shuffle=False, rank=rank, world_size=world_size,
+                           drop_last=drop_last, start=start, population=order)
+        count_batches(len(order), batch_size, drop_last)  # validates batch_size
+        return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last, groups=buckets)
     if draw is not None and draw.resample:
         lazy: ResampledRankOrder
         if stream is None:

@@ -60,8 +60,12 @@ class _LoaderIterator:
         transform = loader.transform
         fixed = transform is not None and transform.size is not None  # batches fill preallocated slots
         gpu_decoder = loader._gpu_decoder if fixed else None  # only made for a fixed size anyway
+        # aspect-ratio buckets sized by BucketResize: slots too, one size per bucket
+        bucket_pool = None if fixed or loader.buckets is None else loader.buckets.slot_pool(
+            transform, batch_size=loader.batch_size, pinned=loader._pinned, capacity=loader.prefetch + 2)
+        slotted = fixed or bucket_pool is not None
         # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
-        self.device_output = transform.output if (fixed and transform is not None and loader.device is not None
+        self.device_output = transform.output if (slotted and transform is not None and loader.device is not None
                                                   and gpu_decoder is None) else None
         worker_transform = transform
         if transform is not None and self.device_output is not None:
@@ -78,16 +82,19 @@ class _LoaderIterator:
                           orient=loader.apply_exif_orientation)
         decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
-                              pool=loader._slot_pool if fixed else None, channels_last=loader.channels_last,
+                              pool=loader._slot_pool if fixed else bucket_pool, channels_last=loader.channels_last,
                               shape=chw_with_label, callables=callables, fields=loader.fields,
                               user_errors=loader.user_errors)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
-        spec = worker_transform.output if fixed and worker_transform is not None else None
+        spec = worker_transform.output if slotted and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
-        self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None, self.device_output,
+        # bucketed batches of one shape from the per-sample decode (uint8): normalised once stacked
+        bucketed = loader.buckets is not None and not slotted and not callables and transform is not None
+        self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None,
+                               transform.output if bucketed and transform is not None else self.device_output,
                                None if spec is None or spec.torch_dtype == spec.dtype.name
                                else getattr(torch, spec.torch_dtype), loader.channels_last,
-                               stack=bool(callables), device=loader.device)
+                               stack=bool(callables) or loader.buckets is not None, device=loader.device)
         deliver_images: Callable[[Job, Any], Any] = self.deliver if gpu_decoder is None else _on_device
         if loader.fields is not None:
             deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)
@@ -170,7 +177,8 @@ class Deliver:
 
     Args:
         cuda: the copier to the GPU, or None for CPU tensors.
-        output: normalisation done at delivery (on the GPU), or None.
+        output: normalisation done at delivery (on the GPU; or, for stacked per-sample
+            outputs, on the batch), or None.
         host_cast: a torch dtype the host batch is cast to (bfloat16), or None.
         channels_last: slots hold NHWC rows.
         stack: per-sample outputs (user callables) that agree in shape and dtype are
@@ -194,7 +202,9 @@ class Deliver:
                 return [torch.as_tensor(img) for img, _ in value], labels
             images = collate([img for img, _ in value])  # one tensor when the shapes agree
             if isinstance(images, torch.Tensor) and self.device is not None:
-                return images.to(self.device), labels.to(self.device)
+                images, labels = images.to(self.device), labels.to(self.device)
+            if isinstance(images, torch.Tensor):
+                images = apply_output(images, self.output)  # bucketed uint8 batches: Normalize/ToDtype
             return images, labels
         slot, n = value.slot, len(value.labels)
         assert slot is not None  # fixed-size batches are slots of the pool

@@ -14,11 +14,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..engine.layout import stream_layout
-from ..plan import EpochDraw, EpochPlan, StreamLayout, count_batches, make_epoch_plan, plan_fingerprint
+from ..plan import EpochDraw, EpochPlan, StreamLayout, bucketed_size, count_batches, make_epoch_plan, plan_fingerprint
 from .threads import choose_threads
 
 if TYPE_CHECKING:
     from ..io import Dataset
+    from .buckets import LoaderBuckets
     from .env import RankChoice
 
 
@@ -39,6 +40,8 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
     world_size: int
     num_threads: int
     _ahead: int
+    _fingerprint: str
+    buckets: LoaderBuckets | None
 
     if TYPE_CHECKING:
         def _live_passes(self) -> Any: ...  # EpochBook's
@@ -49,11 +52,16 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
             more["draw"] = self.draw.fingerprint()
             if self.draw.resample:  # drawn lazily since #24: per position, or streamed, per round
                 more["resampled"] = "per-position" if self.stream_layout is None else "rounds"
+        if self.buckets is not None:  # the cut into global batches depends on both
+            more.update(self.buckets.fingerprint(), world_size=self.world_size, batch_size=self.batch_size)
         return plan_fingerprint(dataset=self.dataset.fingerprint_fields(), shuffle=self.shuffle,
                                 drop_last=self.drop_last, **more)
 
     def _epoch_samples(self) -> int:
         """Samples in every epoch's global order."""
+        if self.buckets is not None:
+            return bucketed_size(self.buckets.counts, batch_size=self.batch_size, world_size=self.world_size,
+                                 drop_last=self.drop_last)
         return self.dataset.num_samples if self.draw is None else self.draw.size
 
     def _plan(self, epoch: int, start: int = 0) -> EpochPlan:
@@ -61,7 +69,8 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
         self._sync_ranks()
         return make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
-                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw)
+                               drop_last=self.drop_last, start=start, stream=self.stream_layout, draw=self.draw,
+                               buckets=None if self.buckets is None else self.buckets.groups)
 
     def _stream_state(self) -> dict[str, Any]:
         return {} if self.stream_layout is None else self.stream_layout.state()
@@ -89,6 +98,8 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
             self.num_threads = choose_threads().threads
         self.stream_layout = stream_layout(self.dataset, self._streaming, nodes=env.nodes,
                                            ranks_per_node=env.local_world_size, ahead=self._ahead)
+        if self.buckets is not None:  # the bucketed cut into global batches depends on the world size
+            self._fingerprint = self._plan_fingerprint()
         if len(self) == 0:
             raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
                              f"{self.rank} of {self.world_size} has {self._per_rank()} samples")

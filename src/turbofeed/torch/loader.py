@@ -27,6 +27,7 @@ from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from ._planning import LoaderPlanning
 from ._torchargs import constructor_arguments, torch_arguments
+from .buckets import loader_buckets
 from .device import gpu_available
 from .env import RankChoice
 from .threads import choose_threads
@@ -165,6 +166,14 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             torchvision and Pillow: pixels as stored). The native crop decoder maps the
             window onto the stored pixels and turns only its output (within 1 level of
             Pillow's resize of the turned image); the GPU path turns each decoded image.
+        buckets: aspect-ratio buckets: ``"aspect"`` (SDXL's nine sizes near 1024x1024), a
+            list of ``(height, width)`` or of ratios (width / height). Every batch then
+            holds images of one bucket (by their stored size, from the dataset index),
+            shuffled per (seed, epoch), the same bucket on every rank at each step, and
+            equal steps on every rank (a bucket's last partial batch dropped or padded
+            from the same bucket, as ``drop_last`` says); resumable with the same world
+            and batch size. Give the transform ``transforms.BucketResize`` with the same
+            value to size each batch to its bucket's shape. See docs/samples.md.
 
     torch's own arguments (``collate_fn``, ``timeout``, ``generator``...) are taken with
     their meaning or refused saying what to use instead (:mod:`turbofeed.torch._torchargs`).
@@ -198,6 +207,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                  streaming: bool | None = None, weights: Sequence[float] | None = None,
                  epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
                  apply_exif_orientation: bool = False, index: str | os.PathLike | bool | None = None,
+                 buckets: str | Sequence | None = None,
                  # torch.utils.data.DataLoader's own arguments: torch/_torchargs.py says what each comes to
                  dataset: Dataset | Mix | PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
                  collate_fn: Callable[[list], Any] | None = None, timeout: float = 0, worker_init_fn: Any = None,
@@ -253,6 +263,10 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, s3=s3)
         self.draw: EpochDraw | None = self._draw_for(self.dataset)
+        self._bucket_for = functools.partial(loader_buckets, buckets, transform=transform,
+                                             streaming=self.stream_layout is not None, draw=self.draw,
+                                             orient=apply_exif_orientation)
+        self.buckets = self._bucket_for(self.dataset)  # drawn again when the shards change
         self.device = None if device is None or str(device) == "cpu" else torch.device(device)
         if self.device is not None and self.device.type == "cuda" and not gpu_available():
             raise RuntimeError(f"device={device!r} but PyTorch sees no CUDA GPU; use device=None")
@@ -341,6 +355,8 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                                                      shard_bytes=shard_bytes(self.dataset))
         if self.draw is not None:
             self.draw = self._draw_for(self.dataset)
+        if self.buckets is not None:
+            self.buckets = self._bucket_for(self.dataset)
         self._fingerprint = self._plan_fingerprint()
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "

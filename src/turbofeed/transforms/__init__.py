@@ -1,6 +1,7 @@
 """Augmentations. The crop window is chosen from the image header before decoding, and
 each image is resampled once into its batch slot."""
 
+from .buckets import BucketResize
 from .compose import Compose
 from .geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Window
 from .output import IMAGENET_MEAN, IMAGENET_STD, Normalize, ToDtype
@@ -8,7 +9,7 @@ from .presets import imagenet_eval, imagenet_train
 from .render import hwc_pixels, nearest, resample, write_slot
 
 __all__ = [
-    "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
+    "BucketResize", "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
     "RandomResizedCrop", "Resize", "ToDtype", "Window", "hwc_pixels", "imagenet_eval", "imagenet_train", "nearest",
     "resample", "write_slot",
 ]

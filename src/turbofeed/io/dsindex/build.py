@@ -175,7 +175,7 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
     try:
         with temporary_copy(client, info, scratch) as (fd, _), os.fdopen(os.dup(fd), "rb") as f:
             members, damage = scan_members(f, info.size)
-            part = shard_part(members, damage, Window(f.fileno()).pread)
+            part = shard_part(members, damage, Window(f.fileno()).pread, Window(f.fileno()).pread)
     except (RemoteError, OSError) as exc:
         raise DatasetError(f"{path}: cannot index: {exc}") from exc
     part.entry.update(etag=info.etag, size=info.size)

@@ -21,6 +21,7 @@ from ..local.compressed import codec_of
 from ..local.files import FileId
 from ..local.index import TarDamage, label_of, no_image, no_samples, sample_rows, scan_members
 from ..local.tarscan import Window
+from ...decode.probe import probe_size
 
 
 def _none() -> np.ndarray:
@@ -55,6 +56,8 @@ class ShardPart:
     exts: dict[str, int] = field(default_factory=dict)
     member_offset: np.ndarray = field(default_factory=_none)
     member_size: np.ndarray = field(default_factory=_none)
+    height: np.ndarray = field(default_factory=_none)
+    width: np.ndarray = field(default_factory=_none)
 
 
 def local_part(path: str) -> ShardPart:
@@ -75,21 +78,25 @@ def local_part(path: str) -> ShardPart:
         if compressed:
             return unindexed_part(**FileId.of(st).as_dict())
         members, damage = scan_members(f, st.st_size)
-        part = shard_part(members, damage, Window(f.fileno()).pread)
+        part = shard_part(members, damage, Window(f.fileno()).pread, Window(f.fileno()).pread)
     part.entry.update(FileId.of(st).as_dict())
     return part
 
 
 def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
-               pread: Callable[[int, int], bytes]) -> ShardPart:
+               pread: Callable[[int, int], bytes], heads: Callable[[int, int], bytes] | None = None) -> ShardPart:
     """The part of a shard whose members :func:`scan_members` found (labels read with
-    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels)."""
+    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels; each
+    image's first bytes, for its size, with ``heads`` (default ``pread``): a reader of its
+    own, so the labels' and the images' reads, each in file order, do not evict each
+    other's window)."""
     problems: list[tuple[str, str]] = []
     bad: list[list] = []
     keys: list[bytes] = []
-    rows: dict[str, list[int]] = {name: [] for name in ("suffix", "offset", "size", "kind", "value", "member_count")}
+    rows: dict[str, list[int]] = {name: [] for name in ("suffix", "offset", "size", "kind", "value", "member_count",
+                                                        "height", "width")}
     cols: dict[str, list[int]] = {name: [] for name in ("member_ext", "member_offset", "member_size")}
-    suffix, offset, size, kinds, values, counts = rows.values()
+    suffix, offset, size, kinds, values, counts, heights, widths = rows.values()
     m_ext, m_offset, m_size = cols.values()
     suffixes: dict[str, int] = {}
     names: dict[str, int] = {}
@@ -100,6 +107,10 @@ def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
         suffix.append(suffixes.setdefault(name[len(key) + 1:], len(suffixes)))  # "": no image
         offset.append(at)
         size.append(nbytes)
+        # the image's size from its header (aspect-ratio buckets): its first bytes only
+        h, w = (0, 0) if image is None else probe_size(lambda n: (heads or pread)(n, at), nbytes)
+        heights.append(h)
+        widths.append(w)
         kind, value = NONE, 0
         problem: str | None
         if image is None:  # its label is not read: a bad sample's label counts for nothing
@@ -164,7 +175,8 @@ def indexed_part(header: dict, arrays: dict[str, np.ndarray], sample_start: np.n
         size=np.array(arrays["size"][s0:s1]), kind=kind, value=value, names=names,
         member_count=np.diff(starts), member_ext=np.array(arrays["member_ext"][m0:m1]),
         exts=table(header["member_exts"]), member_offset=np.array(arrays["member_offset"][m0:m1]),
-        member_size=np.array(arrays["member_size"][m0:m1]))
+        member_size=np.array(arrays["member_size"][m0:m1]), height=np.array(arrays["height"][s0:s1]),
+        width=np.array(arrays["width"][s0:s1]))
 
 
 def narrow(values: np.ndarray, at_least: type = np.uint8) -> np.ndarray:
@@ -219,5 +231,7 @@ def join(parts: Sequence[ShardPart]) -> tuple[dict, dict[str, np.ndarray]]:
         "member_ext": narrow(_renumber(parts, "member_ext", "exts", exts)),
         "member_offset": narrow(cat("member_offset"), np.uint32),
         "member_size": narrow(cat("member_size")),
+        "height": narrow(cat("height"), np.uint16),  # 0: no size (no image, no readable header)
+        "width": narrow(cat("width"), np.uint16),
     }
     return {"image_suffixes": suffixes, "member_exts": exts, "label_names": names}, arrays

@@ -84,6 +84,17 @@ class FolderSource(Source):
         with f:
             return f.read()
 
+    def head(self, i: int, size: int) -> bytes:
+        """The first ``size`` bytes of image ``i`` (raises as :meth:`read`)."""
+        path = os.path.join(self.path, self.table.image_names[i])
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError as exc:
+            raise StorageError(path, "vanished since the folder was listed (deleted or moved); "
+                               "a new loader lists the folder again") from exc
+        with f:
+            return f.read(size)
+
     def close(self) -> None:
         pass
 

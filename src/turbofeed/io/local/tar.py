@@ -124,6 +124,10 @@ class TarSource(Source):
         found = self.table.find_member(i, ext)
         return None if found is None else self._pread(*found)
 
+    def head(self, i: int, size: int) -> bytes:
+        """The first ``size`` bytes of sample ``i``'s image (raises as :meth:`read`)."""
+        return self._pread(int(self.table.offsets[i]), min(size, int(self.table.sizes[i])))
+
     def member_exts(self, i: int) -> tuple[str, ...]:
         """Extensions of sample ``i``'s members, in storage order."""
         return self.table.exts_of(i)
