@@ -48,7 +48,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import ImageTooLarge, TurbofeedError
-from ..io.table import IMAGE_EXTENSIONS
+from .probe import IMAGE_EXTENSIONS
 from . import scan
 from .cpu import decode
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve

@@ -11,6 +11,10 @@ from PIL import Image
 
 from .._deps import simplejpeg
 
+#: Extensions of image members, and the preferred one when a sample holds several (first
+#: match wins).
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "tif", "tiff", "gif")
+
 
 @dataclass(frozen=True)
 class ImageInfo:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Preferred image member when a sample holds several (first match wins).
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "tif", "tiff", "gif")
+from ..decode.probe import IMAGE_EXTENSIONS  # decode knows the image types; re-exported here
+
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 _JSON_LABEL_FIELDS = ("label", "cls", "class", "target")
 _INT64 = range(-(1 << 63), 1 << 63)
