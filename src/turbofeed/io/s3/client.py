@@ -44,7 +44,7 @@ def _require(module: str):
     try:
         return __import__(module)
     except ImportError as exc:
-        raise S3Unavailable(f"s3:// needs the optional package {module!r}: "
+        raise S3Unavailable(f"object store URLs (s3://, gs://, az://, https://) need the optional package {module!r}: "
                             f"pip install 'turbofeed[s3]' ({exc})") from exc
 
 

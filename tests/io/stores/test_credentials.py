@@ -1,0 +1,44 @@
+"""Each store reached as its ecosystem's users set it up: Azure from
+``AZURE_STORAGE_CONNECTION_STRING`` alone, under each of its URL spellings (``az://``,
+``azure://``, ``abfs://``), listing prefixes and globs like ``s3://``."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SHARDS, serve
+
+from turbofeed.errors import DatasetError
+from turbofeed.io import resolve
+from turbofeed.io.s3.urls import close_clients
+
+
+@pytest.fixture
+def azurite(local_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
+    served = serve("azure", local_shards, str(tmp_path))
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", served.server.connection_string)
+    yield served
+    close_clients()
+    served.server.stop()
+
+
+@pytest.mark.parametrize("scheme", ["az", "azure", "abfs"])
+@pytest.mark.parametrize("tail", ["data/", "data", "data/*.tar", f"data/shard-{{0000..{SHARDS - 1:04d}}}.tar"])
+def test_azure_from_the_connection_string_variable_under_every_spelling(azurite, scheme, tail):
+    urls = [url for kind, url in resolve(f"{scheme}://shards/{tail}")]
+    assert urls == [f"{scheme}://shards/data/shard-{s:04d}.tar" for s in range(SHARDS)]
+
+
+def test_a_missing_azure_prefix_or_blob_is_named(azurite):
+    with pytest.raises(DatasetError, match="az://shards/nothing/: no .tar objects"):
+        resolve("az://shards/nothing/")
+    with pytest.raises(DatasetError, match="no such object: az://shards/data/shard-0099.tar"):
+        resolve("az://shards/data/shard-0099.tar")
+
+
+def test_use_development_storage_reaches_azurite(azurite, monkeypatch):
+    # UseDevelopmentStorage=true is Azurite's well-known account; AZURITE_BLOB_STORAGE_URL
+    # moves it off its default port 10000 (to the test's server)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", f"http://127.0.0.1:{azurite.server.port}")
+    assert len(resolve("az://shards/data/")) == SHARDS
