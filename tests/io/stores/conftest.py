@@ -97,7 +97,7 @@ def serve(kind: str, shards: dict, workdir: str) -> Served:
     return Served(kind, prefix, prefix, srv, settings)
 
 
-@pytest.fixture(params=["http", "azure"])
+@pytest.fixture(params=["http", "azure", "gcs"])
 def served(request, local_shards, tmp_path, monkeypatch):
     """The shards on a fresh server of each store (stopped after the test)."""
     from turbofeed.io.s3.urls import close_clients

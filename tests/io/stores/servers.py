@@ -6,9 +6,12 @@ stopped after; ``stop()`` mid-test is an outage."""
 from __future__ import annotations
 
 import base64
+import datetime
 import email.utils
 import hashlib
 import hmac
+import html
+import json
 import os
 import shutil
 import socket
@@ -16,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -136,29 +141,151 @@ class RangeHTTPServer:
 
 
 class GCSEmulator:
-    """``gcp-storage-emulator`` (PyPI) as a child process, in memory."""
+    """``gcp-storage-emulator`` (PyPI) as a child process, in memory, behind a small front
+    on its own port (``endpoint``).
+
+    The emulator implements GCS's JSON API and, of the XML API that obstore (like
+    object_store) speaks, only GET and PUT of an object, without the ``ETag`` header; the
+    front answers the rest of the XML API from the emulator's JSON API: ``HEAD`` (size,
+    ETag, time), the bucket listing (``list-type=2``, as ListBucketResult XML), ``ETag``
+    and ``If-Match`` on GET and PUT. Bytes are stored and served by the emulator; no
+    real GCS can run here, and no other GCS emulator is on PyPI.
+    """
 
     def __init__(self) -> None:
         exe = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable))
         if exe is None:
             raise RuntimeError("gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
-        self.port = free_port()
+        self.backend_port = free_port()
         self._proc: subprocess.Popen | None = subprocess.Popen(
-            [exe, "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"],
+            [exe, "start", "--host", "127.0.0.1", "--port", str(self.backend_port), "--in-memory"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_port(self.port, proc=self._proc)
+        _wait_port(self.backend_port, proc=self._proc)
+        self.requests = 0
+        self._open: set[socket.socket] = set()
+        self.port = free_port()
+        self._front = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self._front.daemon_threads = True
+        threading.Thread(target=self._front.serve_forever, daemon=True).start()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def create_bucket(self, name: str) -> None:
-        req = urllib.request.Request(f"{self.endpoint}/storage/v1/b?project=test", method="POST",
-                                     data=f'{{"name": "{name}"}}'.encode(),
+        req = urllib.request.Request(f"http://127.0.0.1:{self.backend_port}/storage/v1/b?project=test",
+                                     method="POST", data=json.dumps({"name": name}).encode(),
                                      headers={"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=10).read()
 
+    def _handler(self):
+        owner = self
+        backend = f"http://127.0.0.1:{self.backend_port}"
+
+        def call(method: str, path: str, data: bytes | None = None, headers: dict | None = None):
+            req = urllib.request.Request(backend + path, method=method, data=data, headers=headers or {})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return resp.status, dict(resp.headers), resp.read()
+            except urllib.error.HTTPError as exc:
+                return exc.code, dict(exc.headers), exc.read()
+
+        def meta(bucket: str, name: str) -> dict | None:
+            status, _, body = call("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
+            return json.loads(body) if status == 200 else None
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                owner._open.add(self.connection)
+
+            def reply(self, status: int, headers: dict | None = None, body: bytes = b"") -> None:
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(body)
+
+            def target(self):
+                parts = urllib.parse.urlsplit(self.path)
+                bucket, _, name = parts.path.lstrip("/").partition("/")
+                return bucket, urllib.parse.unquote(name), urllib.parse.parse_qs(parts.query)
+
+            def object_headers(self, obj: dict) -> dict:
+                updated = obj.get("updated", "2020-01-01T00:00:00Z")
+                when = email.utils.format_datetime(
+                    datetime.datetime.fromisoformat(updated.replace("Z", "+00:00")), usegmt=True)
+                return {"ETag": f'"{obj["md5Hash"]}"', "Last-Modified": when}
+
+            def do_HEAD(self) -> None:
+                owner.requests += 1
+                bucket, name, _ = self.target()
+                obj = meta(bucket, name)
+                if obj is None:
+                    return self.reply(404)
+                self.send_response(200)
+                for k, v in self.object_headers(obj).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(obj["size"]))
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                owner.requests += 1
+                bucket, name, query = self.target()
+                if not name:  # the XML API's listing, from the JSON API's
+                    prefix = query.get("prefix", [""])[0]
+                    status, _, body = call("GET", f"/storage/v1/b/{bucket}/o?prefix={urllib.parse.quote(prefix)}")
+                    if status != 200:
+                        return self.reply(status)
+                    items = json.loads(body).get("items", [])
+                    xml = "".join(
+                        f"<Contents><Key>{html.escape(o['name'])}</Key><Size>{o['size']}</Size>"
+                        f"<LastModified>{o.get('updated', '2020-01-01T00:00:00Z')}</LastModified>"
+                        f"<ETag>&quot;{o['md5Hash']}&quot;</ETag></Contents>" for o in items)
+                    doc = (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>{bucket}</Name>'
+                           f"<Prefix>{html.escape(prefix)}</Prefix><KeyCount>{len(items)}</KeyCount>"
+                           f"<IsTruncated>false</IsTruncated>{xml}</ListBucketResult>").encode()
+                    return self.reply(200, {"Content-Type": "application/xml"}, doc)
+                obj = meta(bucket, name)
+                if obj is None:
+                    return self.reply(404)
+                headers = self.object_headers(obj)
+                if self.headers.get("If-Match") not in (None, "*", headers["ETag"]):
+                    return self.reply(412)
+                fwd = {"Range": self.headers["Range"]} if self.headers.get("Range") else {}
+                status, got, body = call("GET", f"/{bucket}/{urllib.parse.quote(name)}", headers=fwd)
+                if "Content-Range" in got:
+                    headers["Content-Range"] = got["Content-Range"]
+                self.reply(status, headers, body)
+
+            def do_PUT(self) -> None:
+                owner.requests += 1
+                bucket, name, _ = self.target()
+                data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, _, _ = call("PUT", f"/{bucket}/{urllib.parse.quote(name)}", data=data,
+                                    headers={"Content-Type": "application/octet-stream"})
+                obj = meta(bucket, name) if status == 200 else None
+                self.reply(status, self.object_headers(obj) if obj else {})
+
+        return Handler
+
     def stop(self) -> None:
+        if self._front is not None:
+            self._front.shutdown()
+            self._front.server_close()
+            self._front = None
+        for conn in list(self._open):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._proc is not None:
             self._proc.terminate()
             try:

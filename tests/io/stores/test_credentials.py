@@ -1,4 +1,5 @@
-"""Each store reached as its ecosystem's users set it up: Azure from
+"""Each store reached as its ecosystem's users set it up: GCS from ``STORAGE_EMULATOR_HOST``
+(with or without its scheme, as Google's clients take it); Azure from
 ``AZURE_STORAGE_CONNECTION_STRING`` alone, under each of its URL spellings (``az://``,
 ``azure://``, ``abfs://``), listing prefixes and globs like ``s3://``."""
 
@@ -42,3 +43,28 @@ def test_use_development_storage_reaches_azurite(azurite, monkeypatch):
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
     monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", f"http://127.0.0.1:{azurite.server.port}")
     assert len(resolve("az://shards/data/")) == SHARDS
+
+
+@pytest.fixture
+def gcs(local_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
+    served = serve("gcs", local_shards, str(tmp_path))
+    yield served
+    close_clients()
+    served.server.stop()
+
+
+@pytest.mark.parametrize("host", ["http://127.0.0.1:{port}", "127.0.0.1:{port}"])
+@pytest.mark.parametrize("tail", ["data/", "data/*.tar", f"data/shard-{{0000..{SHARDS - 1:04d}}}.tar"])
+def test_gcs_from_storage_emulator_host_as_googles_clients_take_it(gcs, monkeypatch, host, tail):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", host.format(port=gcs.server.port))
+    urls = [url for kind, url in resolve(f"gs://shards/{tail}")]
+    assert urls == [f"gs://shards/data/shard-{s:04d}.tar" for s in range(SHARDS)]
+
+
+def test_a_missing_gcs_prefix_or_object_is_named(gcs, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.server.endpoint)
+    with pytest.raises(DatasetError, match="gs://shards/nothing/: no .tar objects"):
+        resolve("gs://shards/nothing/")
+    with pytest.raises(DatasetError, match="no such object: gs://shards/data/shard-0099.tar"):
+        resolve("gs://shards/data/shard-0099.tar")
