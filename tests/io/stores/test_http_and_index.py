@@ -66,3 +66,10 @@ def test_the_index_goes_next_to_the_data_where_the_store_takes_writes_else_to_th
     if before is not None:
         assert served.server.requests > before
     dl.close()
+
+
+def test_missing_http_shards_are_named_when_the_dataset_is_built(http):
+    config = S3Config(http=HTTPConfig(headers={"Authorization": "Bearer s3cret"}))
+    with pytest.raises(DatasetError, match=f"no such object: {http.endpoint}/data/shard-{SHARDS:04d}.tar$"):
+        resolve(f"{http.endpoint}/data/shard-{{0000..{SHARDS:04d}}}.tar", s3=config)  # one too many
+    assert len(resolve(f"{http.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar", s3=config)) == SHARDS

@@ -23,6 +23,7 @@ from ..retry import RemoteError
 from .client import S3Client
 from .config import ObjectInfo, S3Config, default_config
 from .stores import ENV_PREFIXES, split_url
+from .transfers import run_parts
 from .errors import not_found
 
 # Shard suffixes, as for local paths: plain tars are read with ranged GETs; the compressed
@@ -155,7 +156,8 @@ def _check_tars(hits: list[ObjectInfo]) -> list[str]:
 
 
 def _check_exist(urls: list[str], client: S3Client) -> None:
-    """Find every URL with one LIST per folder (HEAD when a folder has few of them)."""
+    """Find every URL with one LIST per folder (HEAD when a folder has few of them, or
+    cannot be listed: HTTP, whose HEADs go ``max_concurrency`` at a time)."""
     folders: dict[str, list[str]] = {}
     for url in urls:
         folders.setdefault(url[:url.rfind("/") + 1], []).append(url)
@@ -166,13 +168,17 @@ def _check_exist(urls: list[str], client: S3Client) -> None:
             _remember(client, [listed[u] for u in members if u in listed], list(listed.values()))
             missing.extend(u for u in members if u not in listed)
         else:
-            for url in members:
+            found: list[ObjectInfo | None] = [None] * len(members)
+
+            def look(i: int) -> None:
                 try:
-                    _remember(client, [client.head(url)])
+                    found[i] = client.head(members[i])
                 except RemoteError as exc:
                     if not not_found(exc):
                         raise
-                    missing.append(url)
+            run_parts(look, range(len(members)), client.config.max_concurrency)
+            _remember(client, [info for info in found if info is not None])
+            missing.extend(u for u, info in zip(members, found) if info is None)
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise DatasetError(f"no such object: {shown}")
