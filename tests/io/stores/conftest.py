@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from builders import small_jpeg, write_tar
 
+pytest.importorskip("obstore")  # the one reader of every store
 sys.path.insert(0, os.path.dirname(__file__))
 from servers import Azurite, GCSEmulator, RangeHTTPServer  # noqa: E402
 
@@ -35,6 +36,19 @@ def local_shards(tmp_path_factory) -> dict:
         write_tar(str(folder / name), members(s))
     sizes = [os.path.getsize(folder / n) for n in names]
     return {"folder": str(folder), "names": names, "bytes": sum(sizes), "largest": max(sizes)}
+
+
+def replace_object(served: "Served", name: str, body: bytes) -> None:
+    """Put another version of the shard ``name`` on ``served``'s server."""
+    if served.kind == "http":
+        served.server.files[f"/data/{name}"] = body
+        return
+    from turbofeed.io.s3.client import S3Client
+    from turbofeed.io.s3.config import S3Config
+
+    client = S3Client(S3Config(**served.settings))
+    client.put(served.prefix + name, body)
+    client.close()
 
 
 @dataclass

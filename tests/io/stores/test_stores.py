@@ -9,7 +9,8 @@ import os
 from collections import Counter
 
 import pytest
-from conftest import PER_SHARD, SHARDS
+from builders import small_jpeg, tar_bytes
+from conftest import PER_SHARD, SHARDS, replace_object
 
 import turbofeed
 from turbofeed.io.retry import RetryPolicy
@@ -82,4 +83,20 @@ def test_an_outage_mid_epoch_raises_storage_error_naming_the_shard(served, tmp_p
     assert info.value.shard.startswith(served.prefix) and info.value.shard.endswith(".tar")
     assert str(info.value).startswith(f"storage: {served.prefix}shard-")
     assert len(seen) == len(set(seen)) and not dl.stats.errors and dl.stats.replaced == 0
+    dl.close()
+
+
+def test_a_shard_replaced_mid_epoch_raises_instead_of_mixing_versions(served, local_shards, tmp_path):
+    dl = loader(served.spec, tmp_path, served.config(cache_max_bytes=1, retry=SHORT_RETRY), shuffle=False,
+                prefetch=1)
+    it = iter(dl)
+    seen = keys([next(it)])
+    last = local_shards["names"][-1]
+    other = tar_bytes([(f"new-{i:02d}.jpg", small_jpeg(999 + i)) for i in range(PER_SHARD)])
+    replace_object(served, last, other)
+    with pytest.raises(turbofeed.StorageError) as info:
+        for batch in it:
+            seen += keys([batch])
+    assert info.value.shard == served.prefix + last and "replaced" in info.value.reason
+    assert not any(k.startswith("new-") for k in seen)
     dl.close()
