@@ -68,3 +68,29 @@ def test_a_missing_gcs_prefix_or_object_is_named(gcs, monkeypatch):
         resolve("gs://shards/nothing/")
     with pytest.raises(DatasetError, match="no such object: gs://shards/data/shard-0099.tar"):
         resolve("gs://shards/data/shard-0099.tar")
+
+
+@pytest.mark.parametrize("kind", ["http", "gcs", "azure"])
+def test_a_wrong_endpoint_fails_in_seconds_naming_where_to_fix_it(kind, tmp_path, monkeypatch):
+    import time
+
+    from builders import free_port
+    from servers import AZ_ACCOUNT, AZ_KEY
+
+    from turbofeed.io import AzureConfig, GCSConfig, S3Config
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    spec, config, hint = {
+        "http": (f"{dead}/d/shard-{{0..1}}.tar", S3Config(), "check the URL"),
+        "gcs": ("gs://b/d/", S3Config(gcs=GCSConfig(endpoint_url=dead)), "STORAGE_EMULATOR_HOST"),
+        "azure": ("az://box/d/", S3Config(azure=AzureConfig(
+            connection_string=f"AccountName={AZ_ACCOUNT};AccountKey={AZ_KEY};BlobEndpoint={dead}/{AZ_ACCOUNT}")),
+            "AZURE_STORAGE_CONNECTION_STRING"),
+    }[kind]
+    t0 = time.monotonic()
+    with pytest.raises(DatasetError, match=f"cannot connect to {dead}.*{hint}"):
+        resolve(spec, s3=config)
+    assert time.monotonic() - t0 < 15
+    close_clients()
