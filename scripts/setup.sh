@@ -19,3 +19,10 @@ if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null
     { timeout 300 apt-get update -q && timeout 300 apt-get install -y -q libarchive-tools busybox; } >/dev/null 2>&1 \
         || echo "setup.sh: could not install bsdtar/busybox; their tar tests will skip"
 fi
+# Azurite, the Azure Storage emulator (npm), for the az:// tests (tests/io/stores/), into the
+# git-ignored .tools/. Optional: CI with npm installs it, anywhere else those tests skip, saying so.
+if [ "${CI:-}" = "true" ] && command -v npm >/dev/null && [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+    mkdir -p .tools
+    (cd .tools && timeout 300 npm install --no-audit --no-fund --silent azurite@3) >/dev/null 2>&1 \
+        || echo "setup.sh: could not install Azurite (npm); the az:// tests will skip"
+fi

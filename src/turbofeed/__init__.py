@@ -14,7 +14,7 @@ from . import transforms
 from .datasets import Dataset, mix
 from .errors import (DatasetError, ImageTooLarge, MissingExtra, SampleError, StorageError, TurbofeedError,
                      UserCodeError)
-from .io import S3Config
+from .io import AzureConfig, GCSConfig, HTTPConfig, S3Config
 from .pipeline import DistributedPipeline, Pipeline, Sample, Stats
 from .torch.device import gpu_available
 
@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 _NEED_TORCH = {"DataLoader": ".torch.loader", "MultiGpuTransfer": ".torch.multi_gpu"}
 
 __all__ = [
-    "DataLoader", "Dataset", "DatasetError", "DistributedPipeline", "ImageTooLarge", "MissingExtra",
-    "MultiGpuTransfer", "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "StorageError", "TurbofeedError",
+    "AzureConfig", "DataLoader", "Dataset", "DatasetError", "DistributedPipeline", "GCSConfig", "HTTPConfig",
+    "ImageTooLarge", "MissingExtra", "MultiGpuTransfer", "Pipeline", "S3Config", "Sample", "SampleError", "Stats", "StorageError", "TurbofeedError",
     "UserCodeError", "gpu_available", "mix", "transforms",
 ]
 if _find_spec("torch") is None:  # not installed: `from turbofeed import *` still works

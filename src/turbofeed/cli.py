@@ -273,13 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     index = sub.add_parser(
         "index", help="write the dataset index: one file loaders start from instead of indexing every shard",
-        description="Index every tar shard of DATA (local or s3://) into one compact file (counts, keys, "
+        description="Index every tar shard of DATA (local, s3://, gs://, az:// or https://) into one compact file (counts, keys, "
         "labels, member offsets; a few tens of bytes per sample) that loaders map at start. Loaders look "
         "for it next to the data, then in the index cache; a shard changed since is indexed on its own, "
         "with a warning to run this again.", **common)
-    index.add_argument("data", nargs="+", help="tar shards: folder, pattern, list or s3://bucket/prefix/")
-    index.add_argument("--out", metavar="PATH", help="write it here, a file or s3:// URL (default: "
-                       "DATA/turbofeed.index for a writable folder or an s3:// prefix, else the index cache; "
+    index.add_argument("data", nargs="+", help="tar shards: folder, pattern, list, s3:// gs:// az:// prefix or https:// pattern")
+    index.add_argument("--out", metavar="PATH", help="write it here, a file or s3:// gs:// az:// URL (default: "
+                       "DATA/turbofeed.index for a writable folder or an s3:// gs:// az:// prefix, else the index cache; "
                        "elsewhere, pass index=PATH to DataLoader, Pipeline or Dataset)")
     index.add_argument("--threads", type=positive, metavar="N", default=8, help="shards indexed at once")
     index.set_defaults(func=cmd_index)

@@ -92,8 +92,9 @@ class Dataset:
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g.
             ``{"images": "img", "labels": "y"}``.
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
-            :class:`turbofeed.S3Config`; default: the AWS variables and profile).
+        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
+            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
+            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         classes: class names in id order, for labels given by name (``.txt``, JSON
             strings, ImageFolder folders): ``classes[i]`` gets id ``i`` whatever names the

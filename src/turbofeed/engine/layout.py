@@ -90,13 +90,13 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
                 f"{need} bytes: the block being read and the next one), but its bound is {cache} bytes; "
                 f"raise it (S3Config(cache_max_bytes={need}) or TURBOFEED_S3_CACHE_SIZE={-(-need >> 20)}M), "
                 "or leave streaming=None to read the samples with ranged GETs"))
-        log.warning("turbofeed: the node cache (%d bytes) cannot hold two of the largest s3:// shards "
+        log.warning("turbofeed: the node cache (%d bytes) cannot hold two of the largest remote shards "
                     "(%d bytes each): they are read sample by sample with ranged GETs; raise "
                     "S3Config.cache_max_bytes to at least %d bytes to stream them", cache, need // 2, need)
     if streaming is None:
         streaming = cache is not None and int(nbytes.sum()) > cache and not too_small
         if streaming:
-            log.info("turbofeed: the s3:// shards (%d bytes) exceed the node cache (%d bytes): streaming "
+            log.info("turbofeed: the remote shards (%d bytes) exceed the node cache (%d bytes): streaming "
                      "them block by block (streaming=False reads them sample by sample instead)",
                      int(nbytes.sum()), cache)
     if not streaming:

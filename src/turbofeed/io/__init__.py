@@ -25,11 +25,13 @@ from .local.tar import TarSource
 from .paths import PathSpec, expand_braces
 from .registry import FORMATS, resolve
 from .s3.config import S3Config
+from .s3.stores import AzureConfig, GCSConfig, HTTPConfig
 from .source import Source
 from .table import SampleTable, parse_label, pick_member, split_key
 
 __all__ = [
-    "Dataset", "DatasetIndex", "FORMATS", "FolderSource", "HDF5Source", "IndexSummary", "MissingExtra",
+    "AzureConfig", "Dataset", "DatasetIndex", "FORMATS", "FolderSource", "GCSConfig", "HDF5Source", "HTTPConfig",
+    "IndexSummary", "MissingExtra",
     "NpySource", "ParquetSource", "PathSpec", "S3Config", "SampleTable", "Source", "TFRecordSource", "TarSource",
     "ZarrSource", "build_index", "default_cache_dir", "expand_braces", "load_index", "parse_label", "pick_member",
     "resolve", "split_key",

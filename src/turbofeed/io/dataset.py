@@ -49,7 +49,8 @@ class Dataset:
             ``"tfrecord"`` for every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
         format_options: names inside HDF5/Zarr/.npy/Parquet sources (TFRecord: feature names), e.g.
             ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays.common`).
-        s3: endpoint, credentials and limits for ``s3://`` shards (an
+        s3: endpoint, credentials and limits for ``s3://`` (and ``gs://``, ``az://``,
+            ``https://``) shards (an
             :class:`~turbofeed.io.S3Config`; default: the process default). Their
             node cache lives under ``cache_dir``.
         classes: the class names, in id order, for datasets labelled by name (``.txt``,

@@ -43,6 +43,7 @@ from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
 from .paths import INDEX_NAME, PathSpec, expand_local, flat_paths
 from .s3.shards import S3Shards
+from .s3.stores import is_remote
 from .s3.urls import resolve_urls
 from .source import Source
 
@@ -216,12 +217,12 @@ def resolve(spec: PathSpec, format: str | None = None, *,
     out: list[tuple[str, str]] = []
     for item in items:
         text = os.fspath(item)
-        if text.startswith("s3://"):
-            if format == "zarr" or (format is None and text.rstrip("/").endswith(".zarr")):
+        if is_remote(text):
+            if text.startswith("s3://") and (format == "zarr" or (format is None and text.rstrip("/").endswith(".zarr"))):
                 out.append(("zarr", text.rstrip("/")))  # a Zarr store: read through zarr
                 continue
             if format not in (None, "tar"):
-                raise DatasetError(f"{text}: s3:// datasets are WebDataset .tar shards, not {format}")
+                raise DatasetError(f"{text}: object store datasets are WebDataset .tar shards, not {format}")
             out.extend(("s3", url) for url in resolve_urls(text, s3))
             continue
         out.extend(expand_local(text, lambda path: expand_dir(path, format) if os.path.isdir(path)

@@ -147,8 +147,9 @@ class Pipeline:
             decoder refuses (CMYK, ...) is decoded on the CPU and counted there too; one
             nobody can decode goes through ``on_error``. Only with ``decode_jpeg``.
         device_id: the GPU for ``gpu_decode=True`` (``cuda:<device_id>``).
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
-            :class:`turbofeed.S3Config`; default: the AWS variables and profile).
+        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
+            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
+            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
         format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for

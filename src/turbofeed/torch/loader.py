@@ -118,8 +118,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g. ``{"images": "img", "labels": "y"}``.
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths (a
-            :class:`turbofeed.S3Config`; default: the AWS variables and profile).
+        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
+            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
+            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
         classes: class names in id order, for labels given by name (``.txt``, JSON

@@ -56,7 +56,7 @@ def _open_s3(zarr: Any, url: str, config: Any) -> Any:
         raise DatasetError(f"{url}: s3:// Zarr stores need zarr-python >= 3 and obstore "
                            "(pip install 'turbofeed[zarr,s3]')")
     bucket, key = parse_url(url)
-    store = storage.ObjectStore(client._store(bucket), read_only=True)
+    store = storage.ObjectStore(client.obstore_store(f"s3://{bucket}"), read_only=True)
     return zarr.open(store=store, path=key.strip("/"), mode="r")
 
 

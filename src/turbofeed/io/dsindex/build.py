@@ -27,6 +27,7 @@ from ..local.tarscan import Window
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
 from ..retry import RemoteError
+from ..s3.stores import is_remote
 from ..s3.client import S3Client
 from ..s3.config import ObjectInfo
 from ..s3.copies import temporary_copy
@@ -100,20 +101,20 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
                        progress=progress)
     fields, arrays = join(parts)
     target = os.fspath(out) if out is not None else default_target(data, located, cache_dir)
-    if not target.startswith("s3://") and os.path.isdir(target):
+    if not is_remote(target) and os.path.isdir(target):
         target = os.path.join(target, INDEX_NAME)
 
     def header(where: str) -> dict:
         return index_header(describe(data), located, parts, fields, arrays, where, explicit_out=out is not None)
     note = ""
-    if target.startswith("s3://"):
+    if is_remote(target):
         try:
             size = _upload(target, header(target), arrays, shared_client(s3), cache_dir)
         except (RemoteError, OSError) as exc:
             note = f"could not write {target} ({exc}); wrote the index cache's copy instead"
             log.warning("turbofeed: %s", note)
             target = cached_path(located, cache_dir)
-    if not target.startswith("s3://"):
+    if not is_remote(target):
         if os.path.abspath(target).startswith(os.path.abspath(index_cache(cache_dir)) + os.sep):
             private_dirs(os.path.dirname(target))  # the cache's folders: 0700
         else:
@@ -185,7 +186,7 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
 def _names(located: Sequence[tuple[str, str]], target: str) -> list[str]:
     """Each shard's name in the index at ``target``: relative to its folder when the shard
     lies under it (the data and its index can move together), else absolute."""
-    if target.startswith("s3://"):
+    if is_remote(target):
         base = target[:target.rfind("/") + 1]
         return [path[len(base):] if kind == "s3" and path.startswith(base) else shard_id(kind, path)
                 for kind, path in located]

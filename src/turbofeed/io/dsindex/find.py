@@ -15,6 +15,7 @@ from ...errors import DatasetError
 from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
+from ..s3.stores import is_remote
 from ..s3.urls import shared_client
 from .auto import auto_index, file_identity
 from .fileformat import REBUILD
@@ -43,7 +44,7 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
             cannot be read.
     """
     origin = where
-    if where.startswith("s3://"):
+    if is_remote(where):
         try:
             local = s3_copy(where, shared_client(s3), cache_dir, ask=ask)
         except RemoteError as exc:
@@ -111,7 +112,7 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
     mine = cached_path(shards, cache_dir)
     seen: dict[str, tuple | None] = {}  # each local file's identity when looked at
     for where in beside(shards) + [mine]:
-        if not where.startswith("s3://"):
+        if not is_remote(where):
             seen[where] = file_identity(where)
         try:
             found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False, cached=where == mine)

@@ -36,6 +36,7 @@ from ..local.index import default_cache_dir
 from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec, flat_paths
 from ..retry import RemoteError
+from ..s3.stores import is_remote
 from ..s3.client import S3Client
 from ..s3.errors import not_found
 from ..s3.urls import is_shard, listed_info
@@ -75,7 +76,7 @@ def default_target(spec: PathSpec, located: Sequence[tuple[str, str]], cache_dir
         spec = spec[0]
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
-        if text.startswith("s3://"):
+        if is_remote(text):
             if not is_shard(text) and not glob.has_magic(text) and "{" not in text:
                 return text.rstrip("/") + "/" + INDEX_NAME
         else:

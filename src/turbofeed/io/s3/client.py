@@ -24,25 +24,27 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import transfers
-from .config import Auth, ObjectInfo, S3Config, S3Stats, default_config, etag_of, parse_url
+from . import stores, transfers
+from .config import Auth, ObjectInfo, S3Config, S3Stats, default_config, etag_of
 from .errors import LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, retryable
 
 if TYPE_CHECKING:
     from obstore import GetOptions
-    from obstore.store import ClientConfig
 
 log = logging.getLogger("turbofeed")
 
 _CONNECT_TIMEOUT_S = 5.0
 _FIRST_CONTACT_ATTEMPTS = 3  # connection failures tried before the endpoint ever answered
+_WHERE = {"s3": "AWS_ENDPOINT_URL or S3Config(endpoint_url=...)",
+          "gcs": "STORAGE_EMULATOR_HOST or GCSConfig(endpoint_url=...)",
+          "azure": "AZURE_STORAGE_CONNECTION_STRING or AzureConfig(...)", "http": "the URL"}
 
 
 def _require(module: str):
     try:
         return __import__(module)
     except ImportError as exc:
-        raise S3Unavailable(f"s3:// needs the optional package {module!r}: "
+        raise S3Unavailable(f"object store URLs (s3://, gs://, az://, https://) need the optional package {module!r}: "
                             f"pip install 'turbofeed[s3]' ({exc})") from exc
 
 
@@ -89,17 +91,59 @@ class S3Client:
         _require(choice)
         return choice
 
-    def _store(self, bucket: str):
-        """The obstore ``S3Store`` of ``bucket`` (made once; raises CredentialsError)."""
+    def _obstore(self, kind: str) -> bool:
+        """Whether URLs of store family ``kind`` are read through obstore: always but for
+        ``s3://`` with ``client="boto3"`` (obstore is the only reader of the others)."""
+        if kind == "s3" and self.backend != "obstore":
+            return False
+        if kind != "s3" and self.backend != "obstore":
+            _require("obstore")
+        return True
+
+    def _store(self, kind: str, root: str):
+        """The obstore store of one bucket, container or HTTP host (made once; raises
+        CredentialsError)."""
         with self._lock:
-            store = self._stores.get(bucket)
+            store = self._stores.get(root)
             if store is None:
-                store = self._stores[bucket] = self._make_store(bucket)
+                store = self._stores[root] = self._make_store(kind, root)
             return store
 
-    def _make_store(self, bucket: str):
-        from datetime import timedelta
+    def obstore_store(self, url: str):
+        """The obstore store that reads ``url``'s bucket, container or host (for libraries
+        that take one, e.g. zarr's ObjectStore)."""
+        kind, root, _ = stores.split_url(url)
+        return self._store(kind, root)
 
+    def endpoint_of(self, url: str) -> str:
+        """The service a URL's requests go to (for messages)."""
+        kind, root, _ = stores.split_url(url)
+        if kind == "s3":
+            return self.endpoint
+        if kind == "gcs":
+            return stores.gcs_endpoint(self.config.gcs) or "https://storage.googleapis.com"
+        if kind == "azure":
+            settings = stores.azure_settings(self.config.azure)
+            return settings.get("endpoint") or ("Azurite" if settings.get("use_emulator") else
+                                                f"the account {settings.get('account_name', '$AZURE_STORAGE_ACCOUNT_NAME')}")
+        return root
+
+    def _make_store(self, kind: str, root: str):
+        name = root.split("://", 1)[1]
+        connect = min(_CONNECT_TIMEOUT_S, self.config.timeout)
+        if kind == "gcs":
+            endpoint = stores.gcs_endpoint(self.config.gcs)
+            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, endpoint)
+            return stores.make_gcs(name, self.config.gcs, options, endpoint)
+        if kind == "azure":
+            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
+            return stores.make_azure(name, stores.azure_settings(self.config.azure), options)
+        if kind == "http":
+            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
+            return stores.make_http(root, self.config.http, options)
+        return self._make_s3(name)
+
+    def _make_s3(self, bucket: str):
         from obstore.store import S3Store
 
         a = self.auth
@@ -117,11 +161,8 @@ class S3Client:
 
             a.credentials()  # fail now, clearly, rather than on every request
             kwargs["credential_provider"] = Boto3CredentialProvider(a.session)
-        options: ClientConfig = {"timeout": timedelta(seconds=self.config.timeout),
-                   "connect_timeout": timedelta(seconds=min(_CONNECT_TIMEOUT_S, self.config.timeout)),
-                   "pool_max_idle_per_host": str(self.config.max_concurrency)}
-        if a.endpoint and a.endpoint.startswith("http://"):
-            options["allow_http"] = True
+        options = stores.client_options(self.config.timeout, min(_CONNECT_TIMEOUT_S, self.config.timeout),
+                                        self.config.max_concurrency, a.endpoint)
         return S3Store(bucket, client_options=options, retry_config={"max_retries": 0}, **kwargs)
 
     def boto3_client(self):
@@ -161,8 +202,9 @@ class S3Client:
             return self._boto
 
     # ----- plumbing ------------------------------------------------------------------
-    def _call(self, fn: Callable, what: str):
-        """Run one request under a concurrency slot, retried by the config's policy."""
+    def _call(self, fn: Callable, what: str, url: str | None = None):
+        """Run one request (to ``url``'s store) under a concurrency slot, retried by the
+        config's policy."""
         refused = 0
 
         def once():
@@ -180,8 +222,8 @@ class S3Client:
                         refused += 1
                         if refused >= _FIRST_CONTACT_ATTEMPTS:
                             raise Unreachable(
-                                f"cannot connect to {self.endpoint} ({refused} attempts; check "
-                                "AWS_ENDPOINT_URL or S3Config(endpoint_url=...))") from exc
+                                f"cannot connect to {self.endpoint_of(url) if url else self.endpoint} "
+                                f"({refused} attempts; check {_WHERE[stores.family(url) if url else 's3']})") from exc
                     raise
             self._reached = True
             return out
@@ -191,25 +233,32 @@ class S3Client:
     # ----- reads ----------------------------------------------------------------------
     def head(self, url: str) -> ObjectInfo:
         """Size and ETag of one object (RemoteError from FileNotFoundError if missing)."""
-        bucket, key = parse_url(url)
-        if self.backend == "obstore":
+        kind, root, key = stores.split_url(url)
+        if self._obstore(kind):
             import obstore
 
-            store = self._store(bucket)
-            meta = self._call(lambda: obstore.head(store, key), f"HEAD {url}")
+            store = self._store(kind, root)
+            meta = self._call(lambda: obstore.head(store, key), f"HEAD {url}", url)
             return ObjectInfo(url, int(meta["size"]), etag_of(meta.get("e_tag")))
         s3 = self.boto3_client()
-        meta = self._call(lambda: s3.head_object(Bucket=bucket, Key=key), f"HEAD {url}")
+        meta = self._call(lambda: s3.head_object(Bucket=root[5:], Key=key), f"HEAD {url}", url)
         return ObjectInfo(url, int(meta["ContentLength"]), etag_of(meta.get("ETag")))
 
     def list(self, url: str) -> list[ObjectInfo]:
-        """Objects whose URL starts with ``url`` (a folder when it ends with ``/``), sorted."""
-        bucket, prefix = parse_url(url)
+        """Objects whose URL starts with ``url`` (a folder when it ends with ``/``), sorted.
+
+        Raises:
+            ValueError: an ``http(s)://`` URL (HTTP servers have no listing).
+        """
+        kind, root, prefix = stores.split_url(url)
+        if kind == "http":
+            raise ValueError(f"{url}: an HTTP server cannot be listed: name the shards "
+                             "(a list, or a brace pattern such as shard-{000..099}.tar)")
         out: list[ObjectInfo] = []
-        if self.backend == "obstore":
+        if self._obstore(kind):
             import obstore
 
-            store = self._store(bucket)
+            store = self._store(kind, root)
             folder = prefix[:prefix.rfind("/") + 1]  # obstore lists whole path segments
 
             def run():
@@ -217,18 +266,18 @@ class S3Client:
                 for chunk in obstore.list(store, folder or None, chunk_size=1000):
                     found.extend(chunk)
                 return found
-            for meta in self._call(run, f"LIST {url}"):
+            for meta in self._call(run, f"LIST {url}", url):
                 if meta["path"].startswith(prefix):
-                    out.append(ObjectInfo(f"s3://{bucket}/{meta['path']}", int(meta["size"]),
+                    out.append(ObjectInfo(f"{root}/{meta['path']}", int(meta["size"]),
                                           etag_of(meta.get("e_tag"))))
         else:
             s3 = self.boto3_client()
 
             def run():
-                pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                pages = s3.get_paginator("list_objects_v2").paginate(Bucket=root[5:], Prefix=prefix)
                 return [o for page in pages for o in page.get("Contents", [])]
-            for obj in self._call(run, f"LIST {url}"):
-                out.append(ObjectInfo(f"s3://{bucket}/{obj['Key']}", int(obj["Size"]), etag_of(obj.get("ETag"))))
+            for obj in self._call(run, f"LIST {url}", url):
+                out.append(ObjectInfo(f"{root}/{obj['Key']}", int(obj["Size"]), etag_of(obj.get("ETag"))))
         out.sort(key=lambda o: o.url)
         return out
 
@@ -244,12 +293,12 @@ class S3Client:
         """
         if end <= start:
             return memoryview(b"")
-        bucket, key = parse_url(url)
+        kind, root, key = stores.split_url(url)
         want = end - start
-        if self.backend == "obstore":
+        if self._obstore(kind):
             import obstore
 
-            store = self._store(bucket)
+            store = self._store(kind, root)
             if etag:
                 options: GetOptions = {"range": (start, end), "if_match": f'"{etag}"'}
 
@@ -263,7 +312,7 @@ class S3Client:
             extra = {"IfMatch": f'"{etag}"'} if etag else {}
 
             def request() -> memoryview:
-                body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                body = s3.get_object(Bucket=root[5:], Key=key, Range=f"bytes={start}-{end - 1}",
                                      **extra)["Body"]
                 try:
                     return memoryview(body.read())
@@ -281,7 +330,7 @@ class S3Client:
                 except OSError as exc:
                     raise LocalWriteError(f"cannot store the bytes locally: {exc}") from exc
             return data
-        return self._call(fetch, f"{url} bytes {start}-{end - 1}")
+        return self._call(fetch, f"{url} bytes {start}-{end - 1}", url)
 
     # ----- transfers of many parts (bodies in :mod:`turbofeed.io.s3.transfers`) -----------
     def read_into(self, url: str, offset: int, out: memoryview) -> None:
@@ -323,9 +372,15 @@ class S3Client:
         return self.upload(url, len(view), lambda pos, n: view[pos:pos + n])
 
     def delete(self, url: str) -> None:
-        bucket, key = parse_url(url)
+        kind, root, key = stores.split_url(url)
+        if kind != "s3":
+            import obstore
+
+            store = self._store(kind, root)
+            self._call(lambda: obstore.delete(store, key), f"DELETE {url}", url)
+            return
         s3 = self.boto3_client()
-        self._call(lambda: s3.delete_object(Bucket=bucket, Key=key), f"DELETE {url}")
+        self._call(lambda: s3.delete_object(Bucket=root[5:], Key=key), f"DELETE {url}", url)
 
     def close(self) -> None:
         """Stop retry waits (requests in progress fail); idempotent."""

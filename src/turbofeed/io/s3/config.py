@@ -11,6 +11,7 @@ from typing import Any
 from ...engine.counters import Counters
 from ...units import parse_size
 from ..retry import RemoteError, RetryPolicy
+from .stores import AzureConfig, GCSConfig, HTTPConfig
 
 #: The node cache's size bound when :attr:`S3Config.cache_max_bytes` is None (``200G``).
 CACHE_SIZE_ENV = "TURBOFEED_S3_CACHE_SIZE"
@@ -67,6 +68,10 @@ class S3Config:
         retry: the retry policy of every request. Until the endpoint has answered once,
             a refused or timed-out connection is tried only 3 times, so a wrong endpoint
             fails in about a second instead of riding out the whole policy.
+        gcs, azure, http: how ``gs://``, ``az://`` and ``http(s)://`` URLs are reached
+            (:class:`turbofeed.GCSConfig`, :class:`turbofeed.AzureConfig`,
+            :class:`turbofeed.HTTPConfig`; default: their ecosystem's variables). The
+            limits, cache and retry fields above serve every store.
     """
 
     endpoint_url: str | None = None
@@ -83,6 +88,9 @@ class S3Config:
     cache_max_bytes: int | None = None
     timeout: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    gcs: GCSConfig | None = None
+    azure: AzureConfig | None = None
+    http: HTTPConfig | None = None
 
     def __post_init__(self) -> None:
         if self.client not in ("auto", "obstore", "boto3"):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ...engine.executor import Executor
 from ..retry import RemoteError
 from .config import etag_of, parse_url
+from .stores import split_url
 
 if TYPE_CHECKING:
     from .client import S3Client
@@ -78,6 +79,9 @@ def download_to(client: S3Client, url: str, size: int, fd: int, stop: threading.
 
 def upload(client: S3Client, url: str, size: int, read_part: Callable[[int, int], memoryview]) -> str:
     """See :meth:`S3Client.upload`."""
+    kind, root, key = split_url(url)
+    if kind != "s3":
+        return _put_obstore(client, kind, root, key, url, size, read_part)
     bucket, key = parse_url(url)
     s3 = client.boto3_client()
     call, stats = client._call, client.stats
@@ -114,3 +118,18 @@ def upload(client: S3Client, url: str, size: int, read_part: Callable[[int, int]
             log.warning("turbofeed: could not abort the multipart upload %s of %s: %s "
                         "(a bucket lifecycle rule removes it later)", upload_id, url, exc)
         raise
+
+
+def _put_obstore(client: S3Client, kind: str, root: str, key: str, url: str, size: int,
+                 read_part: Callable[[int, int], memoryview]) -> str:
+    """One PUT through obstore (GCS, Azure: an object appears whole or not at all)."""
+    if kind == "http":
+        raise RemoteError(f"{url}: HTTP stores are read-only here (write the index to a file or "
+                          "another store and pass index=...)")
+    import obstore
+
+    store = client._store(kind, root)
+    body = bytes(read_part(0, size))
+    out = client._call(lambda: obstore.put(store, key, body, use_multipart=False), f"PUT {url}", url)
+    client.stats.add(bytes_written=size)
+    return etag_of(out.get("e_tag"))

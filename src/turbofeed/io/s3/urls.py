@@ -1,4 +1,4 @@
-"""``s3://`` dataset specs to shard URLs: the process's shared clients, listings, and the
+"""Object store dataset specs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) to shard URLs: the process's shared clients, listings, and the
 sizes and ETags they found (so building the shards costs no HEAD per shard, and finding
 the dataset index object, ``turbofeed.index``, never a shard, costs no request).
 
@@ -21,7 +21,9 @@ from ..local.index import TAR_SUFFIXES
 from ..paths import INDEX_NAME, expand_braces
 from ..retry import RemoteError
 from .client import S3Client
-from .config import ObjectInfo, S3Config, default_config, parse_url
+from .config import ObjectInfo, S3Config, default_config
+from .stores import ENV_PREFIXES, split_url
+from .transfers import run_parts
 from .errors import not_found
 
 # Shard suffixes, as for local paths: plain tars are read with ranged GETs; the compressed
@@ -39,9 +41,9 @@ _KNOWN: dict[tuple[str, str], tuple[float, ObjectInfo]] = {}
 
 def shared_client(config: S3Config | None = None) -> S3Client:
     """The process's one :class:`S3Client` for ``config`` (default: the configured default)
-    and the current ``AWS_*`` variables."""
+    and the current ``AWS_*``, ``GOOGLE_*``, ``AZURE_*`` and emulator variables."""
     config = config or default_config()
-    key = (config, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    key = (config, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -94,10 +96,12 @@ def is_index(url: str) -> bool:
 
 
 def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
-    """Expand an ``s3://`` spec into shard URLs, checking that they exist.
+    """Expand an object store spec into shard URLs, checking that they exist.
 
     ``s3://b/train/shard-{000..099}.tar`` (braces), ``s3://b/train/*.tar`` (glob),
-    ``s3://b/train/`` or ``s3://b/train`` (every tar shard below the prefix, sorted).
+    ``s3://b/train/`` or ``s3://b/train`` (every tar shard below the prefix, sorted);
+    the same for ``gs://`` and ``az://``; ``http(s)://`` takes shard URLs and brace
+    patterns only (no listing: one HEAD per shard).
     One LIST per folder, not one request per shard. Compressed (``.tar.gz``, ``.tgz``,
     ...) and zero-byte shards are included: the dataset reads or reports them.
 
@@ -112,10 +116,13 @@ def resolve_urls(text: str, config: S3Config | None = None) -> list[str]:
     try:
         client = shared_client(config)
         for url in expand_braces(text):
-            bucket, key = parse_url(url)
+            kind, root, key = split_url(url)
+            if kind == "http" and not is_shard(key):
+                raise DatasetError(f"{url}: an HTTP server cannot be listed or globbed: name the "
+                                   "shards (a list, or a brace pattern such as shard-{000..099}.tar)")
             if glob.has_magic(key):
                 head = key[:min(key.find(c) for c in "*?[" if c in key)]
-                folder = f"s3://{bucket}/{head[:head.rfind('/') + 1]}"  # as obstore lists anyway
+                folder = f"{root}/{head[:head.rfind('/') + 1]}"  # as obstore lists anyway
                 listed = client.list(folder)
                 hits = [o for o in listed if fnmatch.fnmatchcase(o.url, url) and not is_index(o.url)]
                 _remember(client, hits, listed)
@@ -149,24 +156,29 @@ def _check_tars(hits: list[ObjectInfo]) -> list[str]:
 
 
 def _check_exist(urls: list[str], client: S3Client) -> None:
-    """Find every URL with one LIST per folder (HEAD when a folder has few of them)."""
+    """Find every URL with one LIST per folder (HEAD when a folder has few of them, or
+    cannot be listed: HTTP, whose HEADs go ``max_concurrency`` at a time)."""
     folders: dict[str, list[str]] = {}
     for url in urls:
         folders.setdefault(url[:url.rfind("/") + 1], []).append(url)
     missing: list[str] = []
     for folder, members in folders.items():
-        if len(members) > 4:
+        if len(members) > 4 and split_url(folder)[0] != "http":
             listed = {o.url: o for o in client.list(folder)}
             _remember(client, [listed[u] for u in members if u in listed], list(listed.values()))
             missing.extend(u for u in members if u not in listed)
         else:
-            for url in members:
+            found: list[ObjectInfo | None] = [None] * len(members)
+
+            def look(i: int) -> None:
                 try:
-                    _remember(client, [client.head(url)])
+                    found[i] = client.head(members[i])
                 except RemoteError as exc:
                     if not not_found(exc):
                         raise
-                    missing.append(url)
+            run_parts(look, range(len(members)), client.config.max_concurrency)
+            _remember(client, [info for info in found if info is not None])
+            missing.extend(u for u, info in zip(members, found) if info is None)
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise DatasetError(f"no such object: {shown}")
