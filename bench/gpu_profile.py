@@ -28,7 +28,6 @@ import json
 import os
 import pstats
 import sys
-import tarfile
 import time
 import traceback
 from collections import Counter
@@ -39,6 +38,8 @@ import torch
 
 import turbofeed
 from turbofeed import transforms as T
+
+from gpu_check import read_jpegs  # bench/, beside this script
 
 BATCH = 256
 SIZE = 224
@@ -136,16 +137,6 @@ def step_threads(shards: list[str], out_dir: str) -> dict:
     finally:
         sys.setswitchinterval(interval)
     return out
-
-
-def read_jpegs(shards: list[str], limit: int) -> list[bytes]:
-    datas: list[bytes] = []
-    for shard in shards:
-        with tarfile.open(shard) as tar:
-            for m in tar.getmembers():
-                if m.name.endswith(".jpg") and len(datas) < limit:
-                    datas.append(tar.extractfile(m).read())
-    return datas
 
 
 def timed(fn: Any, repeat: int) -> float:

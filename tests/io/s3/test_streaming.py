@@ -41,6 +41,8 @@ def test_an_epoch_streams_every_sample_once_and_each_shard_once(config, data, tm
     assert dl.stream_layout is not None  # on by default: the data is larger than the cache
     assert dl.stream_layout.block_bytes == config.cache_max_bytes // 2
     before = dl.dataset.storage_stats()
+    objects = tmp_path / "s3" / "objects"  # shards indexed at construction may still be cached
+    cached = sum(1 for e in os.scandir(objects) if not e.name.endswith((".lock", ".part"))) if objects.is_dir() else 0
     watch = CacheWatch(str(tmp_path / "s3"))
     try:
         it = iter(dl)
@@ -50,8 +52,9 @@ def test_an_epoch_streams_every_sample_once_and_each_shard_once(config, data, tm
         peak = watch.stop()
     after = dl.dataset.storage_stats()
     assert Counter(got) == Counter(data["keys"])  # every sample exactly once
-    # each shard at most once (the last one indexed at construction may still be cached)
-    assert SHARDS - 2 <= after["shards_downloaded"] - before["shards_downloaded"] <= SHARDS
+    # each shard at most once, and every one not in the cache already (how many stayed
+    # there from construction depends on which indexing thread ended last)
+    assert SHARDS - cached <= after["shards_downloaded"] - before["shards_downloaded"] <= SHARDS
     assert after["cache_misses"] == before["cache_misses"]  # no sample read with a ranged GET
     fetched = after["bytes_read"] - before["bytes_read"]
     assert fetched <= 1.15 * data["bytes"], (fetched, data["bytes"])

@@ -75,17 +75,14 @@ class FolderSource(Source):
             StorageError: the file vanished since the folder was listed (a new loader
                 lists it again).
         """
-        path = os.path.join(self.path, self.table.image_names[i])
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError as exc:
-            raise StorageError(path, "vanished since the folder was listed (deleted or moved); "
-                               "a new loader lists the folder again") from exc
-        with f:
-            return f.read()
+        return self._read(i, -1)
 
     def head(self, i: int, size: int) -> bytes:
         """The first ``size`` bytes of image ``i`` (raises as :meth:`read`)."""
+        return self._read(i, size)
+
+    def _read(self, i: int, size: int) -> bytes:
+        """Image ``i``'s first ``size`` bytes (-1: all of it)."""
         path = os.path.join(self.path, self.table.image_names[i])
         try:
             f = open(path, "rb")
