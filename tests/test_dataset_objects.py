@@ -222,3 +222,26 @@ def test_a_dataset_s_classes_number_the_labels_as_the_keyword_does(image_folder)
     assert by_object == by_keyword
     labels = [x for b in by_keyword for x in b[0]]
     assert len(labels) == 30 and set(labels) == set(range(len(names)))
+
+
+def test_a_description_is_keyword_only_after_the_data_and_cannot_change(two):
+    import dataclasses
+
+    for second in ("tar", ["cat", "dog"], {"jpg": bytes}):  # every option by name, whichever it would be
+        with pytest.raises(TypeError, match="positional"):
+            turbofeed.Dataset(two[0], second)
+    with pytest.raises(TypeError, match="cache_dir must be a path"):
+        turbofeed.Dataset(two[0], cache_dir=123)
+    ds = turbofeed.Dataset(two[0])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ds.format = "tar"  # type: ignore[misc]
+    mixed = turbofeed.mix([ds, ds])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mixed.weights = (1.0, 2.0)  # type: ignore[misc]
+
+
+def test_mix_weights_may_be_zero_or_fractions_but_not_all_zero(two):
+    a, b = turbofeed.Dataset(two[0]), turbofeed.Dataset(two[1])
+    assert turbofeed.mix([a, b], weights=[0.25, 0]).weights == (0.25, 0.0)
+    with pytest.raises(ValueError, match="none is positive"):
+        turbofeed.mix([a, b], weights=[0, 0])

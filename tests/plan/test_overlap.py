@@ -200,3 +200,26 @@ def test_a_cache_of_few_shards_is_warned_about_with_the_size_to_ask(caplog):
         warn_low_diversity(nbytes, 9 << 20, nodes=1, canonical=1, ahead_bytes=3 << 19)
     [record] = caplog.records
     assert "about 7.0 shards" in record.message and f"to {10 << 20} bytes" in record.message
+
+
+def test_overlap_order_edge_cases():
+    """One block of overlap permutes within blocks; no elements, no order; the blocks'
+    numbering counts only from the first (a stream starting at block 7 orders as one at 0)."""
+    block = np.repeat(np.arange(4), 25)
+    within = block[overlap_order(block, 1, np.random.default_rng(0))]
+    assert within.tolist() == block.tolist()  # blocks stay in turn, shuffled inside
+    empty = overlap_order(np.zeros(0, np.int64), 3, np.random.default_rng(0))
+    assert empty.dtype == np.int64 and len(empty) == 0
+    shifted = overlap_order(block + 7, 3, np.random.default_rng(5))
+    assert shifted.tolist() == overlap_order(block, 3, np.random.default_rng(5)).tolist()
+
+
+def test_the_end_of_a_pass_mixes_overlap_blocks_and_a_round_thins_out():
+    """``last`` (the default): the last stretch mixes ``overlap`` blocks like the rest;
+    a resampled round's tail (``last=False``) draws from its last block alone."""
+    block = np.repeat(np.arange(8), 60)
+    tail = 10
+    ends = block[overlap_order(block, 3, np.random.default_rng(2))][-tail:]
+    assert set(ends.tolist()) == {5, 6, 7}
+    round_end = block[overlap_order(block, 3, np.random.default_rng(2), last=False)][-tail:]
+    assert set(round_end.tolist()) == {7}
