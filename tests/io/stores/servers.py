@@ -23,6 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from builders import free_port
 
@@ -46,6 +47,25 @@ def _wait_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | None =
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+def tracked_handler(owner: Any) -> type[BaseHTTPRequestHandler]:
+    """A quiet HTTP/1.1 request handler whose connections ``owner._open`` holds (so that
+    stopping the server can close them), with Nagle off."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def setup(self) -> None:
+            super().setup()
+            owner._open.add(self.connection)
+            # headers and body go out in separate writes: without this, Nagle and
+            # delayed ACKs add ~40 ms to every response
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    return Handler
+
 class RangeHTTPServer:
     """Serves ``files`` (path -> bytes) over HTTP/1.1 with ``Range``, ``ETag`` (the content's
     digest), ``If-Match`` (412 on another version) and ``HEAD``; ``stop()``/``start()`` on
@@ -67,18 +87,7 @@ class RangeHTTPServer:
     def start(self) -> None:
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                owner._open.add(self.connection)
-                # headers and body go out in separate writes: without this, Nagle and
-                # delayed ACKs add ~40 ms to every response
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        class Handler(tracked_handler(owner)):
 
             def do_HEAD(self) -> None:
                 self._answer(body=False)
@@ -197,18 +206,7 @@ class GCSEmulator:
             status, _, body = call("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
             return json.loads(body) if status == 200 else None
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                owner._open.add(self.connection)
-                # headers and body go out in separate writes: without this, Nagle and
-                # delayed ACKs add ~40 ms to every response
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        class Handler(tracked_handler(owner)):
 
             def reply(self, status: int, headers: dict | None = None, body: bytes = b"") -> None:
                 self.send_response(status)
