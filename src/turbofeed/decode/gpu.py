@@ -31,6 +31,7 @@ from typing import Any
 
 from .._deps import simplejpeg
 from .limits import exceeds, max_pixels
+from .probe import is_jpeg
 
 BACKENDS = ("nvimgcodec", "torchvision")
 
@@ -41,7 +42,7 @@ CPU_ONLY_COLORSPACES = frozenset({"CMYK", "YCCK"})
 def sendable(data: bytes | bytearray | memoryview, limit: int | None) -> bool:
     """Whether ``data`` goes to the GPU decoder: a JPEG whose header reads, not CMYK or
     YCCK, and not over ``limit`` pixels (0 or None: no limit). About 1 us per header."""
-    if len(data) < 4 or bytes(data[:3]) != b"\xff\xd8\xff":
+    if not is_jpeg(data):
         return False
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)

@@ -70,7 +70,7 @@ _MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
 def image_format(head: bytes) -> str | None:
     """Pillow's name of the image type ``head`` starts with (``"JPEG"``, ``"PNG"``...), or
     None when it starts like none turbofeed reads."""
-    if head[:3] == b"\xff\xd8\xff":
+    if is_jpeg(head):
         return "JPEG"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "WEBP"
@@ -88,8 +88,11 @@ def header_size(head: bytes) -> tuple[int, int] | None:
     decode reports it when the sample is loaded) far more often than a variant only
     Pillow reads."""
     fmt = image_format(head)
-    if fmt is None:
-        return None
+    return None if fmt is None else _size_as(head, fmt)
+
+
+def _size_as(head: bytes, fmt: str) -> tuple[int, int] | None:
+    """:func:`header_size` of ``head``, which starts like a ``fmt`` image."""
     if fmt == "JPEG":
         try:
             height, width, _, _ = simplejpeg.decode_jpeg_header(head)
@@ -110,9 +113,12 @@ def probe_size(read: Callable[[int], bytes], nbytes: int) -> tuple[int, int]:
     decode says so when the sample is loaded)."""
     for n in (HEAD_BYTES, MORE_BYTES):
         head = read(min(n, nbytes))
-        size = header_size(head)
+        fmt = image_format(head)
+        if fmt is None:  # no image: nothing more to read
+            break
+        size = _size_as(head, fmt)
         if size is not None:
             return size
-        if n >= nbytes or image_format(head) is None:  # all read, or no image to read more of
+        if n >= nbytes:
             break
     return 0, 0
