@@ -134,3 +134,49 @@ def test_groups_keep_every_run_within_the_budget_and_give_a_huge_image_its_own()
         height = max(shapes[i][0] for i in r)
         width = max(shapes[i][1] for i in r)
         assert len(r) == 1 or float_bytes(len(r), height, width, (224, 224)) <= budget
+
+
+def _per_image(pixels, windows, size, output, channels_last=False, budget=None):
+    """resize_batch as it was built before it went batch-level: each image cut with
+    crop_to_reach, the cuts padded by pad_batch, the tables from window_tensors."""
+    cuts = [crop_to_reach(image, window) for image, window in zip(pixels, windows)]
+    shapes = [(int(cut.shape[1]), int(cut.shape[2])) for cut, _ in cuts]
+    parts = []
+    for run in groups_within(shapes, size, budget):
+        images, sizes = pad_batch([cuts[i][0] for i in run])
+        boxes, flips = window_tensors([cuts[i][1] for i in run])
+        parts.append(resized_crop(images, sizes, boxes, size, flips, output, channels_last))
+    out = torch.cat(parts)
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
+@pytest.mark.parametrize("transform, budget, channels_last", [
+    (T.imagenet_train(64), None, False),
+    (T.imagenet_eval(56), None, True),
+    (T.Compose([T.RandomResizedCrop(48, scale=(0.02, 0.3))]), None, False),  # no flip in the batch
+    (T.imagenet_train(40, normalize=True), 3_000_000, True),  # several runs
+])
+def test_resize_batch_gives_the_bits_of_cutting_and_padding_image_by_image(photos, transform, budget,
+                                                                           channels_last):
+    windows = _windows(photos, transform, 11)
+    tensors = [torch.from_numpy(p).permute(2, 0, 1) for p in photos]
+    got = resize_batch(tensors, windows, transform.size, transform.output, channels_last, budget)
+    expected = _per_image(tensors, windows, transform.size, transform.output, channels_last, budget)
+    assert torch.equal(got, expected)
+    assert got.is_contiguous(memory_format=torch.channels_last) == channels_last
+
+
+def test_reaches_of_a_batch_are_each_windows_reach():
+    from turbofeed.transforms.batched import reach, reaches
+
+    rng = random.Random(5)
+    boxes, outs, sizes, expected = [], [], [], []
+    for _ in range(500):
+        h, w = rng.randint(1, 900), rng.randint(1, 900)
+        x0, y0 = rng.uniform(-3, w), rng.uniform(-3, h)
+        box = (x0, y0, x0 + rng.uniform(0.5, w), y0 + rng.uniform(0.5, h))
+        out = (rng.randint(1, 300), rng.randint(1, 300))
+        boxes.append(box), outs.append(out), sizes.append((h, w))
+        expected.append(reach(box, out, h, w))
+    got = reaches(np.array(boxes), np.array(outs), np.array(sizes))
+    assert got.tolist() == [list(r) for r in expected]

@@ -70,3 +70,23 @@ def test_a_good_batch_is_one_call_and_an_empty_one_none():
 def test_every_item_bad():
     decode = FailsAsAWhole()
     assert decode_bisecting(decode, [b"bad"] * 5) == [None] * 5
+
+
+def test_the_byte_tensors_for_nvjpeg_are_each_image_whole_in_one_buffer(odd_images):
+    """encoded_tensors: what torchvision's decode_jpeg gets, one 1-D uint8 CPU tensor per
+    image holding exactly its bytes (nvJPEG reads data_ptr() and numel()), all views of
+    one buffer."""
+    import torch
+
+    from turbofeed.decode.gpu import encoded_tensors
+
+    datas = [odd_images["rgb"], odd_images["gray"], odd_images["progressive"], memoryview(odd_images["rgb"])]
+    tensors = encoded_tensors(datas)
+    assert len(tensors) == len(datas)
+    base = tensors[0].untyped_storage().data_ptr()
+    offset = 0
+    for data, t in zip(datas, tensors):
+        assert t.dtype == torch.uint8 and t.dim() == 1 and t.is_contiguous() and t.device.type == "cpu"
+        assert t.untyped_storage().data_ptr() == base and t.data_ptr() == base + offset  # one buffer
+        assert t.numpy().tobytes() == data
+        offset += len(data)

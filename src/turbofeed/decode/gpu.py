@@ -65,6 +65,20 @@ def decode_bisecting(decode_many: Callable[[list[Any]], Sequence[Any]], items: l
         return decode_bisecting(decode_many, items[:half]) + decode_bisecting(decode_many, items[half:])
 
 
+def encoded_tensors(datas: Sequence[bytes | bytearray | memoryview]) -> list[Any]:
+    """The 1-D uint8 CPU tensors ``torchvision.io.decode_jpeg`` takes, one per item (none
+    empty): views of one buffer that holds the whole batch.
+
+    One join (CPython copies 1 MiB or more of ``bytes`` without holding the GIL) and two
+    torch calls per batch, where a tensor per image (``torch.frombuffer(bytearray(d))``)
+    took a copy under the GIL and two calls per image: in the loader this runs in the
+    caller's thread, which competes for the GIL with the feeding threads. Each view is
+    contiguous and starts at its image's first byte, which is all nvJPEG reads."""
+    import torch
+
+    return list(torch.frombuffer(bytearray().join(datas), dtype=torch.uint8).split([len(d) for d in datas]))
+
+
 class GpuDecodeUnavailable(RuntimeError):
     """No usable GPU decoder here; the message says why."""
 
@@ -187,7 +201,7 @@ class GpuDecoder:
         out: list[Any | None] = [None] * len(datas)
         if not keep:
             return out
-        encoded = [torch.frombuffer(bytearray(datas[i]), dtype=torch.uint8) for i in keep]
+        encoded = encoded_tensors([datas[i] for i in keep] if len(keep) < len(datas) else datas)
         images = decode_bisecting(lambda part: decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device),
                                   encoded)
         for i, image in zip(keep, images):

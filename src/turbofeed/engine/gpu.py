@@ -24,7 +24,7 @@ from .stream import Job, fill_position
 from .work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import crop_to_reach, groups_within, pad_batch, resized_crop, window_tensors
+from ..transforms.batched import default_budget, float_bytes, groups_within, reaches, resample_table
 from ..transforms.output import OutputSpec
 
 
@@ -179,14 +179,41 @@ def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size
 
     Device memory stays bounded: each image is first cut to the pixels its window reads,
     and the batch runs in as many batched calls as keep the padded float work within
-    ``budget`` bytes (:func:`turbofeed.transforms.batched.groups_within`)."""
-    cuts = [crop_to_reach(image, window) for image, window in zip(pixels, windows)]
-    shapes = [(int(cut.shape[1]), int(cut.shape[2])) for cut, _ in cuts]
+    ``budget`` bytes (:func:`turbofeed.transforms.batched.groups_within`).
+
+    The same pixels as cutting each image with
+    :func:`~turbofeed.transforms.batched.crop_to_reach` and padding the cuts with
+    :func:`~turbofeed.transforms.batched.pad_batch`, but the arithmetic of the cuts, the
+    shifted boxes and the tables is done for the whole batch in NumPy: per image there is
+    only the copy of its cut into the padded batch (this runs in the caller's thread,
+    which competes with the feeding threads for the GIL)."""
+    n = len(pixels)
+    table = np.array([(*w.box, w.height, w.width, w.flip) for w in windows], dtype=np.float64).reshape(n, 7)
+    sizes = np.array([p.shape for p in pixels], dtype=np.int64).reshape(n, 3)[:, 1:]
+    cuts = reaches(table[:, :4], table[:, 4:6], sizes)  # (top, left, bottom, right)
+    shapes = np.maximum(cuts[:, 2:] - cuts[:, :2], 0)  # as slicing gives
+    # (N, 7) float32: the cut's height, width, the box in the cut's coordinates, flip
+    rows = np.empty((n, 7), np.float32)
+    rows[:, 0:2] = shapes
+    rows[:, 2:6] = table[:, :4] - cuts[:, [1, 0, 1, 0]]
+    rows[:, 6] = table[:, 6]
+    if not rows[:, 6].any():  # no flip in the batch: two ops fewer
+        rows = rows[:, :6]
+    budget = default_budget() if budget is None else budget
+    if n and float_bytes(n, int(shapes[:, 0].max()), int(shapes[:, 1].max()), size) <= budget:
+        runs = [range(n)]  # the usual case: every prefix fits too, so groups_within would agree
+    else:
+        runs = groups_within(shapes.tolist(), size, budget)
+    bounds = cuts.tolist()
     parts = []
-    for run in groups_within(shapes, size, budget):
-        images, sizes = pad_batch([cuts[i][0] for i in run])
-        boxes, flips = window_tensors([cuts[i][1] for i in run])
-        parts.append(resized_crop(images, sizes, boxes, size, flips, output, channels_last))
+    for run in runs:
+        height, width = (int(v) for v in shapes[run.start:run.stop].max(0))
+        batch = pixels[run.start].new_zeros((len(run), 3, height, width))
+        for k, i in enumerate(run):
+            top, left, bottom, right = bounds[i]
+            batch[k, :, :max(bottom - top, 0), :max(right - left, 0)] = pixels[i][:, top:bottom, left:right]
+        parts.append(resample_table(batch, torch.from_numpy(rows[run.start:run.stop]), size, output,
+                                    channels_last))
     if len(parts) == 1:
         return parts[0]
     out = torch.cat(parts)

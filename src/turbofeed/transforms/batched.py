@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from .geometry import Window
@@ -74,17 +75,26 @@ def resized_crop(images: torch.Tensor, sizes: torch.Tensor, boxes: torch.Tensor,
     Returns:
         (N, 3, out_h, out_w) tensor on ``images.device``: uint8, or ``output.dtype``.
     """
-    n, _, height, width = images.shape
-    out_h, out_w = out_size
-    # one copy to the device for the three small tables (each pageable copy would wait)
+    n = images.shape[0]
     parts = [sizes.to(torch.float32), boxes.to(torch.float32)]
     if flips is not None:
         parts.append(flips.to(torch.float32).reshape(-1, 1))
-    table = to_device(torch.cat([p.reshape(n, -1) for p in parts], 1), images.device)
+    return resample_table(images, torch.cat([p.reshape(n, -1) for p in parts], 1), out_size, output, channels_last)
+
+
+def resample_table(images: torch.Tensor, table: torch.Tensor, out_size: tuple[int, int],
+                   output: OutputSpec | None = None, channels_last: bool = False) -> torch.Tensor:
+    """:func:`resized_crop` with its three small tables in one float32 ``table``: (N, 6)
+    columns ``height, width, x0, y0, x1, y1``, or (N, 7) with a last column ``flip``
+    (1.0 mirrors), on the host or the device. A host table goes to the device in one
+    copy (each pageable copy would make the host wait)."""
+    _, _, height, width = images.shape
+    out_h, out_w = out_size
+    table = to_device(table, images.device)
     sizes, boxes = table[:, 0:2], table[:, 2:6]
     wy = axis_weights(sizes[:, 0], boxes[:, 1], boxes[:, 3], out_h, height)  # (N, out_h, H)
     wx = axis_weights(sizes[:, 1], boxes[:, 0], boxes[:, 2], out_w, width)   # (N, out_w, W)
-    if flips is not None:
+    if table.shape[1] > 6:
         wx = torch.where(table[:, 6, None, None] > 0.5, wx.flip(1), wx)
     pixels = images.to(torch.float32)
     # Horizontal pass first on all rows, then vertical: (N,3,H,W) -> (N,3,H,out_w) -> (N,3,out_h,out_w).
@@ -129,7 +139,8 @@ def normalize(images: torch.Tensor, spec: OutputSpec, channels_first: bool = Tru
     return ((images.to(torch.float32) - offset) * factor).to(getattr(torch, spec.torch_dtype))
 
 
-def _default_budget() -> int:
+def default_budget() -> int:
+    """Bytes of float work one batched resize may take: ``$TURBOFEED_GPU_BATCH_MB`` (512 MiB)."""
     return int(float(os.environ.get("TURBOFEED_GPU_BATCH_MB", "512")) * 2**20)
 
 
@@ -146,6 +157,28 @@ def reach(box: Sequence[float], out_size: tuple[int, int], height: int, width: i
     fy = max((y1 - y0) / out_h, 1.0)
     return (max(0, math.floor(y0 - fy) - 1), max(0, math.floor(x0 - fx) - 1),
             min(height, math.ceil(y1 + fy) + 1), min(width, math.ceil(x1 + fx) + 1))
+
+
+def reaches(boxes: np.ndarray, out_sizes: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """:func:`reach` of every window of a batch at once, the same numbers.
+
+    Args:
+        boxes: (N, 4) float64 ``(x0, y0, x1, y1)``.
+        out_sizes: (N, 2) each window's output ``(height, width)``.
+        sizes: (N, 2) each image's ``(height, width)``.
+
+    Returns:
+        int64 (N, 4): ``(top, left, bottom, right)`` per window.
+    """
+    x0, y0, x1, y1 = boxes.T
+    fx = np.maximum((x1 - x0) / out_sizes[:, 1], 1.0)
+    fy = np.maximum((y1 - y0) / out_sizes[:, 0], 1.0)
+    out = np.empty((len(boxes), 4), np.int64)
+    out[:, 0] = np.maximum(0, np.floor(y0 - fy) - 1)
+    out[:, 1] = np.maximum(0, np.floor(x0 - fx) - 1)
+    out[:, 2] = np.minimum(sizes[:, 0], np.ceil(y1 + fy) + 1)
+    out[:, 3] = np.minimum(sizes[:, 1], np.ceil(x1 + fx) + 1)
+    return out
 
 
 def crop_to_reach(image: torch.Tensor, window: Window) -> tuple[torch.Tensor, Window]:
@@ -171,7 +204,7 @@ def groups_within(shapes: Sequence[tuple[int, int]], out_size: tuple[int, int],
     stays within ``budget`` bytes (default ``$TURBOFEED_GPU_BATCH_MB``, 512 MiB): the
     device memory one batched resize may take, whatever the image sizes. An image too big
     for the budget alone gets a run of its own."""
-    budget = _default_budget() if budget is None else budget
+    budget = default_budget() if budget is None else budget
     groups, start, height, width = [], 0, 0, 0
     for i, (h, w) in enumerate(shapes):
         grown_h, grown_w = max(height, h), max(width, w)
