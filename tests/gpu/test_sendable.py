@@ -90,3 +90,19 @@ def test_the_byte_tensors_for_nvjpeg_are_each_image_whole_in_one_buffer(odd_imag
         assert t.untyped_storage().data_ptr() == base and t.data_ptr() == base + offset  # one buffer
         assert t.numpy().tobytes() == data
         offset += len(data)
+
+
+def test_the_feeding_threads_header_reader_gives_probes_size_or_leaves_it_to_probe(odd_images):
+    """engine.gpu.jpeg_size (the native header reader, per sample in the feeding threads)
+    gives the size probe() gives for every JPEG, and None where probe() must decide."""
+    from turbofeed.decode import native, probe
+    from turbofeed.engine.gpu import jpeg_size
+
+    if not native.available():
+        pytest.skip("the native extension is not built")
+    for kind in ("rgb", "gray", "cmyk", "progressive", "truncated"):
+        info = probe(odd_images[kind])
+        assert jpeg_size(odd_images[kind]) == (info.height, info.width), kind
+    for kind in ("png_rgba", "png_palette", "empty", "garbage"):
+        assert jpeg_size(odd_images[kind]) is None, kind
+    assert jpeg_size(memoryview(odd_images["rgb"])) is None  # not bytes: probe() reads it

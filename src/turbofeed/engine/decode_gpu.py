@@ -37,7 +37,7 @@ class BatchDecoder(Protocol):
     def decode(self, datas: list[bytes]) -> list[torch.Tensor | None]: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Encoded:
     """One sample as the worker threads leave it: id, bytes, window (None without a
     transform), label; pixels once decoded; the EXIF orientation still to apply to them
@@ -65,7 +65,7 @@ class GpuDecode:
         channels_last: NHWC memory order for stacked batches.
     """
 
-    info = StageInfo("decode.gpu", "sample+batch", ("fetch", "decode.gpu", "errors.gpu_fallback"))
+    info = StageInfo("decode.gpu", "sample+batch", ("fetch", "decode.gpu", "errors.gpu_fallback"), per_task=8)
 
     def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose | None, plan: EpochPlan,
                  policy: PassPolicy, *, batch_size: int, stacked: bool = True, channels_last: bool = False) -> None:

@@ -232,7 +232,7 @@ class WithFields:
         self.inner = inner
         self.read = read
         self.batch_size = batch_size
-        self.info = StageInfo(inner.info.name, inner.info.where, (*inner.info.counts, "fields"))
+        self.info = StageInfo(inner.info.name, inner.info.where, (*inner.info.counts, "fields"), inner.info.per_task)
 
     def acquire(self) -> FieldsBuffer:
         return FieldsBuffer(self.inner.acquire(), [None] * self.batch_size)

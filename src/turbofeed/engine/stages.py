@@ -48,6 +48,10 @@ class StageInfo:
     name: str
     where: Literal["sample", "batch", "sample+batch"]
     counts: tuple[str, ...] = ()
+    #: Positions one worker-thread task fills: more than 1 for a stage whose per-sample
+    #: work is a few tens of microseconds of Python (the GPU stage's read, header and
+    #: window), so a task crosses the executor's queue once for several samples.
+    per_task: int = 1
 
 
 class SampleStage(Protocol):

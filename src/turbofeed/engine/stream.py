@@ -78,6 +78,11 @@ class _Runner:
         finally:
             job.finish_one()
 
+    def run_many(self, job: Job, start: int, stop: int) -> None:
+        """:meth:`run` for positions ``start .. stop - 1``, in order: one task for several."""
+        for j in range(start, stop):
+            self.run(job, j)
+
     def _fill_position(self, job: Job, j: int) -> None:
         gid = fill_position(self.plan, job.positions[j], lambda g: self.fill(g, job.slot, j), self.policy)
         if gid is None:
@@ -176,6 +181,7 @@ class BatchStream:
             policy = policy.for_pass()
         self._plan = plan
         self._acquire = stage.acquire
+        self._per_task = max(1, stage.info.per_task)
         self._stats = policy.stats
         self._next = start
         self._end = len(plan)
@@ -246,8 +252,13 @@ class BatchStream:
             for j in range(len(positions)):
                 runner.run(job, j)
             return
-        for j in range(len(positions)):
-            pool.post(runner.run, job, j)
+        step = self._per_task
+        if step == 1:
+            for j in range(len(positions)):
+                pool.post(runner.run, job, j)
+            return
+        for j in range(0, len(positions), step):
+            pool.post(runner.run_many, job, j, min(j + step, len(positions)))
 
     def close(self) -> None:
         """Stop the workers and drop batches in flight; idempotent, never hangs."""
