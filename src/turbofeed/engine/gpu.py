@@ -70,11 +70,11 @@ def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transfor
         size = jpeg_size(data)
         if size is None:  # not a JPEG the native reader takes: Pillow's formats, arrays
             info = probe(data)
-            size, jpeg = (info.height, info.width), info.format == "jpeg" and not isinstance(data, np.ndarray)
+            size, jpeg = (info.height, info.width), info.format == "jpeg"
         else:
             jpeg = True
         check_pixels(*size, work.max_pixels)
-        if jpeg:
+        if jpeg and not isinstance(data, np.ndarray):
             check_once(work, gid, data)
         return work.window(gid, *upright_size(*size, tag), transform)
     except Exception as exc:
