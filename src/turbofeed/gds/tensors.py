@@ -19,6 +19,7 @@ import numpy as np
 
 _MAGIC = b"\x93NUMPY"
 NPY_PROBE = 4096  # first read of a .npy: numpy writes headers of 128 bytes, rarely more
+ALIGN = 4096  # file offset a .npy payload read starts at a multiple of (GPUDirect Storage's page)
 
 
 class FormatError(ValueError):
@@ -106,9 +107,7 @@ def load_npy(size: int, read_into: Callable[[Any, int, int], int], device: Any):
                           f"{header.shape}, the file has {size - header.data_offset} after it")
     shape = header.shape[::-1] if header.fortran_order else header.shape
     if header.dtype.isnative:  # the payload goes straight into the target tensor
-        out = torch.empty(shape, dtype=torch_dtype(header.dtype), device=device)
-        if header.nbytes:
-            read_into(out, header.data_offset, header.nbytes)
+        out = _read_payload(header, shape, read_into, device)
     else:  # torch has no byte-swapped dtypes: swap on the host, then move
         host = np.empty(shape, dtype=header.dtype)
         if header.nbytes:
@@ -117,6 +116,31 @@ def load_npy(size: int, read_into: Callable[[Any, int, int], int], device: Any):
     if header.fortran_order and out.dim() > 1:
         out = out.permute(*reversed(range(out.dim()))).contiguous()
     return out
+
+
+def _read_payload(header: NpyHeader, shape: tuple[int, ...], read_into: Callable[[Any, int, int], int],
+                  device: Any) -> Any:
+    """The payload of a native-order ``.npy`` as a tensor of ``shape`` on ``device``.
+
+    The read starts at the payload's offset rounded down to :data:`ALIGN` (0 for the
+    usual 128-byte header) into a buffer that much longer, and the tensor is a view of
+    it past the header bytes: cuFile moves a read from an aligned file offset straight
+    to the GPU, where an unaligned one (numpy's payload starts at byte 128) is split
+    and bounced through host memory. A payload whose offset is not a multiple of its
+    element size cannot be viewed that way and is read into the tensor directly."""
+    import torch
+
+    dtype = torch_dtype(header.dtype)
+    start = header.data_offset - header.data_offset % ALIGN
+    skip = header.data_offset - start
+    if not header.nbytes or skip % header.dtype.itemsize:
+        out = torch.empty(shape, dtype=dtype, device=device)
+        if header.nbytes:
+            read_into(out, header.data_offset, header.nbytes)
+        return out
+    buffer = torch.empty(skip + header.nbytes, dtype=torch.uint8, device=device)
+    read_into(buffer, start, len(buffer))
+    return buffer[skip:].view(dtype).view(shape)
 
 
 def load_pt(data: bytes | bytearray, device: Any) -> Any:
