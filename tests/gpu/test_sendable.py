@@ -106,3 +106,51 @@ def test_the_feeding_threads_header_reader_gives_probes_size_or_leaves_it_to_pro
     for kind in ("png_rgba", "png_palette", "empty", "garbage"):
         assert jpeg_size(odd_images[kind]) is None, kind
     assert jpeg_size(memoryview(odd_images["rgb"])) is None  # not bytes: probe() reads it
+
+
+def test_an_item_the_backend_cannot_parse_is_left_out_not_the_batch():
+    """decode_parsed (nvImageCodec's path, gpu-review C2): each item is parsed on its own
+    (nvImageCodec's CodeStream(bytes) raises "Failed to get image info" for data it cannot
+    read, verified on the 0.9 wheel; it needs a GPU to decode, so a plain function stands
+    in for the parse and FailsAsAWhole for the batched decode): the others are decoded in
+    one call."""
+    from turbofeed.decode.gpu import decode_parsed
+
+    def parse(item: bytes) -> bytes:
+        if not item.startswith(b"ok"):
+            raise RuntimeError("Failed to get image info")
+        return item[2:]
+
+    decode = FailsAsAWhole()
+    items = [b"ok1", b"garbage", b"ok2", b"", b"ok3"]
+    assert decode_parsed(parse, decode, items) == ["1", None, "2", None, "3"]
+    assert decode.calls == [3]  # one call for the three parsed items
+    decode = FailsAsAWhole()
+    assert decode_parsed(parse, decode, [b"ok1", b"okbad", b"x"]) == ["1", None, None]  # bad in decode: halved
+    assert decode_parsed(parse, FailsAsAWhole(), [b"x", b""]) == [None, None]
+
+
+def test_nvimgcodec_decoder_is_asked_for_a_few_cpu_threads(monkeypatch):
+    """gpu-review C9: nvImageCodec's Decoder starts one CPU thread per core unless told,
+    on top of the loader's threads. nvImageCodec is not installed here and needs a GPU,
+    so a module recording the Decoder's arguments stands in for it."""
+    import sys
+    import types
+
+    import torch
+
+    from turbofeed.decode.gpu import NVIMGCODEC_CPU_THREADS, GpuDecoder
+
+    made: list[dict] = []
+    fake = types.ModuleType("nvidia.nvimgcodec")
+    fake.Decoder = lambda **kwargs: made.append(kwargs) or object()  # type: ignore[attr-defined]
+    fake.ColorSpec = types.SimpleNamespace(SRGB="srgb")  # type: ignore[attr-defined]
+    fake.DecodeParams = lambda **kwargs: kwargs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", fake)
+    monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(nvimgcodec=fake))
+    decoder = object.__new__(GpuDecoder)
+    decoder.device = torch.device("cuda", 0)
+    decoder._open_nvimgcodec()
+    assert made == [{"device_id": 0, "max_num_cpu_threads": NVIMGCODEC_CPU_THREADS,
+                     "options": ":fancy_upsampling=1"}]
+    assert 1 <= NVIMGCODEC_CPU_THREADS <= 8

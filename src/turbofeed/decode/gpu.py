@@ -35,6 +35,9 @@ from .probe import is_jpeg
 
 BACKENDS = ("nvimgcodec", "torchvision")
 
+#: CPU threads an nvImageCodec decoder may use (its default is one per core).
+NVIMGCODEC_CPU_THREADS = 4
+
 #: JPEG colour spaces nvJPEG's RGB output does not take (simplejpeg's names).
 CPU_ONLY_COLORSPACES = frozenset({"CMYK", "YCCK"})
 
@@ -77,6 +80,25 @@ def encoded_tensors(datas: Sequence[bytes | bytearray | memoryview]) -> list[Any
     import torch
 
     return list(torch.frombuffer(bytearray().join(datas), dtype=torch.uint8).split([len(d) for d in datas]))
+
+
+def decode_parsed(parse: Callable[[Any], Any], decode_many: Callable[[list[Any]], Sequence[Any]],
+                  items: Sequence[Any]) -> list[Any | None]:
+    """``parse`` each item on its own (None for one that raises), then
+    :func:`decode_bisecting` the parsed ones: one item its backend cannot parse no longer
+    fails the whole batch (nvImageCodec fails a whole list of bytes on one it cannot read)."""
+    keep: list[int] = []
+    parsed: list[Any] = []
+    for i, item in enumerate(items):
+        try:
+            parsed.append(parse(item))
+        except Exception:  # the backend's error for data it cannot read: that item is None
+            continue
+        keep.append(i)
+    out: list[Any | None] = [None] * len(items)
+    for i, result in zip(keep, decode_bisecting(decode_many, parsed)):
+        out[i] = result
+    return out
 
 
 class GpuDecodeUnavailable(RuntimeError):
@@ -147,10 +169,13 @@ class GpuDecoder:
         index = self.device.index  # always set (__init__)
         # nvImageCodec turns chroma "fancy" upsampling off by default; libjpeg-turbo (the
         # CPU path) has it on, and matching it keeps GPU and CPU pixels close.
+        # Its CPU threads (Huffman decoding of what the hardware engine does not take): its
+        # default, 0, starts one per core, on top of the loader's own feeding threads.
         try:
-            self._decoder = nvimgcodec.Decoder(device_id=index, options=":fancy_upsampling=1")
+            self._decoder = nvimgcodec.Decoder(device_id=index, max_num_cpu_threads=NVIMGCODEC_CPU_THREADS,
+                                               options=":fancy_upsampling=1")
         except TypeError:  # releases without decoder options
-            self._decoder = nvimgcodec.Decoder(device_id=index)
+            self._decoder = nvimgcodec.Decoder(device_id=index, max_num_cpu_threads=NVIMGCODEC_CPU_THREADS)
         # RGB was renamed SRGB in nvImageCodec 0.7 (0.9 has only SRGB).
         spec = nvimgcodec.ColorSpec.SRGB if hasattr(nvimgcodec.ColorSpec, "SRGB") else nvimgcodec.ColorSpec.RGB
         self._params = nvimgcodec.DecodeParams(color_spec=spec, apply_exif_orientation=False)
@@ -178,10 +203,11 @@ class GpuDecoder:
         # Ordered on the caller's current stream (the loader's side stream), so the decode
         # overlaps the training step instead of synchronising with the default stream.
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        try:
-            images = self._decoder.decode(list(datas), params=self._params, cuda_stream=stream)
-        except Exception:
-            images = [None] * len(datas)
+        # One CodeStream per item, each in its own try: a list of bytes fails as a whole on
+        # one item nvImageCodec cannot parse ("Failed to get image info").
+        images = decode_parsed(self._nvimgcodec.CodeStream,
+                               lambda part: self._decoder.decode(part, params=self._params, cuda_stream=stream),
+                               datas)
         out: list[Any | None] = []
         for image in images:
             if image is None:
