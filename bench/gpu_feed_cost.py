@@ -22,9 +22,10 @@ cost the CPU can show, with everything else taken away:
             the GIL)
 
 All in one thread (``num_workers=0``: the feeding work runs in the caller's thread, so
-the timers are exact); each figure is the best (least disturbed) of ``--repeats`` epochs, in us.
+the timers are exact; they read the thread's CPU time, so time spent preempted on a busy
+machine does not count); each figure is the best of ``--repeats`` epochs, in us.
 ``feed_thread_cpu_us_per_sample`` runs the feeding work on one thread instead: its CPU
-time per sample, reads left out, with the executor's queue that the one-thread run skips.
+time per sample, reads included, with the executor's queue that the one-thread run skips.
 ``gil_us_per_sample`` adds up what holds the GIL: feed without the reads, caller,
 prepare without the copy made without the GIL. This is not a GPU measurement: it is the
 GIL time per sample that caps the GPU loader's rate (about 40-50 us on the H100 host).
@@ -52,6 +53,11 @@ from turbofeed import transforms as T
 from turbofeed.engine import decode_gpu, stream
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# CPU time of the calling thread: time the thread spends preempted (these machines are
+# shared) does not count, and everything timed runs in the one thread (a read's kernel
+# copy counts: it is CPU work of this thread). Each reading is a system call, about
+# 0.5 us, four per sample, the same before and after a change.
+clock = time.thread_time
 DEFAULT_DATA = os.path.join(HERE, ".data", "imagenet_like")
 
 
@@ -66,9 +72,9 @@ class TinyDecoder:
         self.seconds = 0.0
 
     def decode(self, datas: list[bytes]) -> list[torch.Tensor | None]:
-        started = time.perf_counter()
+        started = clock()
         out: list[torch.Tensor | None] = [torch.zeros((3, 8, 8), dtype=torch.uint8) for _ in datas]
-        self.seconds += time.perf_counter() - started
+        self.seconds += clock() - started
         return out
 
 
@@ -80,11 +86,11 @@ class PreadTimer:
         pread = os.pread
 
         def timed(fd: int, n: int, offset: int) -> bytes:
-            started = time.perf_counter()
+            started = clock()
             try:
                 return pread(fd, n, offset)
             finally:
-                self.seconds += time.perf_counter() - started
+                self.seconds += clock() - started
 
         os.pread = timed  # type: ignore[assignment]
 
@@ -100,18 +106,18 @@ class Timers:
         fill, finish = stream._Runner.run, decode_gpu.GpuDecode.finish
 
         def timed_fill(runner: Any, *args: Any) -> None:
-            started = time.perf_counter()
+            started = clock()
             try:
                 fill(runner, *args)
             finally:
-                self.fill += time.perf_counter() - started
+                self.fill += clock() - started
 
         def timed_finish(stage: Any, job: Any) -> Any:
-            started = time.perf_counter()
+            started = clock()
             try:
                 return finish(stage, job)
             finally:
-                self.finish += time.perf_counter() - started
+                self.finish += clock() - started
 
         stream._Runner.run = timed_fill  # type: ignore[method-assign]
         decode_gpu.GpuDecode.finish = timed_finish  # type: ignore[method-assign]
@@ -153,23 +159,25 @@ def prepare_cost(shards: list[str], limit: int, repeats: int) -> dict[str, float
             return [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in ds]
     times: dict[str, list[float]] = {"sendable": [], "byte_tensors": [], "copy_without_gil": []}
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         [i for i, d in enumerate(datas) if gpu.sendable(d, 0)]
-        times["sendable"].append(time.perf_counter() - started)
-        started = time.perf_counter()
+        times["sendable"].append(clock() - started)
+        started = clock()
         encode(datas)
-        times["byte_tensors"].append(time.perf_counter() - started)
-        started = time.perf_counter()
+        times["byte_tensors"].append(clock() - started)
+        started = clock()
         if joined:
             bytearray().join(datas)
-        times["copy_without_gil"].append(time.perf_counter() - started if joined else 0.0)
+        times["copy_without_gil"].append(clock() - started if joined else 0.0)
     return {f"{k}_us": 1e6 * min(v) / len(datas) for k, v in times.items()}
 
 
-def feed_thread_cpu(shards: list[str], batch_size: int, repeats: int, reads: PreadTimer) -> float:
+def feed_thread_cpu(shards: list[str], batch_size: int, repeats: int) -> float:
     """The same loader with one feeding thread: CPU seconds per sample of everything but
     the caller's thread (the feeding thread's task with the executor's queue, which the
-    one-thread run leaves out), less the reads; the best of ``repeats`` epochs."""
+    one-thread run leaves out; the reads' kernel time included: CPU time, unlike the
+    wall time of a read, does not grow when the machine is busy); the best of
+    ``repeats`` epochs."""
     decoder = TinyDecoder()
     loader = turbofeed.DataLoader(shards, batch_size=batch_size, num_workers=1, shuffle=True, drop_last=True,
                                   transform=T.imagenet_train(16), gpu_decode=decoder)
@@ -178,12 +186,12 @@ def feed_thread_cpu(shards: list[str], batch_size: int, repeats: int, reads: Pre
         for _ in loader:  # warm: scans checked, threads started
             pass
         for _ in range(repeats):
-            images, reads.seconds = 0, 0.0
+            images = 0
             process, caller = time.process_time(), time.thread_time()
             for x, _ in loader:
                 images += len(x)
             others = (time.process_time() - process) - (time.thread_time() - caller)
-            out.append(1e6 * (others - reads.seconds) / images)
+            out.append(1e6 * others / images)
     finally:
         loader.close()
     return round(min(out), 1)
@@ -197,6 +205,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", help="write a cProfile of one more epoch here")
     args = parser.parse_args()
+    # The tiny tensors' arithmetic on one thread: torch's intra-op threads would spin in
+    # the caller's thread, waiting for each other on a busy machine (on a GPU that
+    # arithmetic is the device's).
+    torch.set_num_threads(1)
     shards = sorted(glob.glob(os.path.join(args.data, "*.tar")))[:args.shards]
     if not shards:
         print(f"gpu_feed_cost.py: no .tar shards in {args.data} (bench/make_imagenet_like data)", file=sys.stderr)
@@ -221,7 +233,7 @@ def main() -> int:
         errors = dict(loader.stats.errors)
     finally:
         loader.close()
-    threaded = feed_thread_cpu(shards, args.batch_size, args.repeats, reads)
+    threaded = feed_thread_cpu(shards, args.batch_size, args.repeats)
 
     def best(key: str) -> float:
         return round(min(e[key] for e in later), 1)

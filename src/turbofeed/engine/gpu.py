@@ -152,8 +152,10 @@ def decode_batch(decoder: Any, datas: Sequence[bytes | np.ndarray]) -> list[torc
     """One ``decoder.decode`` call for the encoded items; pre-decoded arrays (HDF5, Zarr,
     .npy sources) skip the decoder and are copied to its device as they are. No call when
     nothing is encoded."""
-    device = torch.device(decoder.device)
     encoded = [d for d in datas if not isinstance(d, np.ndarray)]
+    if len(encoded) == len(datas):  # the usual batch: no arrays among the items
+        return list(decoder.decode(encoded)) if encoded else []
+    device = torch.device(decoder.device)
     results = iter(decoder.decode(encoded) if encoded else [])
     return [pixels_tensor(d, device) if isinstance(d, np.ndarray) else next(results) for d in datas]
 
@@ -174,11 +176,14 @@ def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy | Pa
         The indices of the batch that hold a decoded sample, in order.
     """
     entries = job.slot if entries is None else entries
-    keep = [i for i in (range(len(job)) if positions is None else positions) if job.ok[i]]
+    ok = job.ok.tolist()  # one conversion, not a NumPy scalar per position
+    keep = [i for i in (range(len(job)) if positions is None else positions) if ok[i]]
     decoded = decode_batch(decoder, [entries[i].data for i in keep])
+    refused = False
     for i, pixels in zip(keep, decoded):
         entries[i].pixels = pixels
         if pixels is None:  # the decoder refused it: the CPU decodes it, or the policy acts
+            refused = True
             policy.stats.count_error("gpu_fallback")
             def refill_here(g: int, i: int = i) -> None:
                 refill(g, i)
@@ -187,7 +192,7 @@ def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy | Pa
                 job.ok[i] = False
             else:
                 job.ids[i] = gid
-    return [i for i in keep if job.ok[i]]
+    return [i for i in keep if job.ok[i]] if refused else keep
 
 
 def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size: tuple[int, int],

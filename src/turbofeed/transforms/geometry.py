@@ -33,10 +33,14 @@ class View:
 
     def sub(self, top: float, left: float, height: int, width: int) -> "View":
         """The part ``[top, top+height) x [left, left+width)`` of this view, same scale."""
+        return View(self.sub_box(top, left, height, width), height, width)
+
+    def sub_box(self, top: float, left: float, height: int, width: int) -> tuple[float, float, float, float]:
+        """The source box of :meth:`sub` alone (a crop that then resizes needs no view
+        in between: this runs per sample, holding the GIL)."""
         x0, y0, x1, y1 = self.box
         sx, sy = (x1 - x0) / self.width, (y1 - y0) / self.height
-        return View((x0 + left * sx, y0 + top * sy, x0 + (left + width) * sx,
-                     y0 + (top + height) * sy), height, width)
+        return (x0 + left * sx, y0 + top * sy, x0 + (left + width) * sx, y0 + (top + height) * sy)
 
 
 @dataclass(frozen=True)
@@ -135,8 +139,7 @@ class CenterCrop(GeometricOp):
         h, w = min(ch, view.height), min(cw, view.width)
         top = int(round((view.height - h) / 2.0))
         left = int(round((view.width - w) / 2.0))
-        cropped = view.sub(top, left, h, w)
-        return View(cropped.box, ch, cw)
+        return View(view.sub_box(top, left, h, w), ch, cw)
 
     def __repr__(self) -> str:
         return f"CenterCrop({self.size!r})"
@@ -188,8 +191,7 @@ class RandomResizedCrop(GeometricOp):
 
     def apply(self, view: View, rng: random.Random) -> View:
         top, left, h, w = self.params(view.height, view.width, rng)
-        cropped = view.sub(top, left, h, w)
-        return View(cropped.box, *self.size)
+        return View(view.sub_box(top, left, h, w), *self.size)
 
     def __repr__(self) -> str:
         return f"RandomResizedCrop({self.size!r}, scale={self.scale}, ratio={self.ratio})"
