@@ -153,7 +153,8 @@ def prepare_cost(shards: list[str], limit: int, repeats: int) -> dict[str, float
             if m.name.endswith(".jpg") and len(datas) < limit:
                 datas.append(tar.extractfile(m).read())  # type: ignore[union-attr]
     encode = getattr(gpu, "encoded_tensors", None)
-    joined = encode is not None  # the batch is one join: CPython copies >= 1 MiB of bytes without the GIL
+    # the batch is one join: CPython copies it without the GIL when it is 1 MiB or more of bytes
+    joined = encode is not None and sum(map(len, datas)) >= 1 << 20
     if encode is None:  # before the change: what _decode_torchvision did per image, all under the GIL
         def encode(ds: list[bytes]) -> Any:
             return [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in ds]

@@ -12,8 +12,10 @@ the caller's-thread profile (cProfile) goes into OUT/gpu_profile.txt.
               switch interval (is the caller's thread starved of the GIL?)
   memory      allocated/reserved device memory after each of 6 epochs, and the live CUDA
               tensors (shape: count) that stay from one epoch to the next
+  feed        bench/gpu_feed_cost.py on this host's CPU: the Python per sample that holds
+              the GIL (feeding task, caller's thread per image, GpuDecoder's preparation)
 
-Usage: python bench/gpu_profile.py --data DIR --out OUT [--steps loader,no-nvjpeg,parts,threads,memory]
+Usage: python bench/gpu_profile.py --data DIR --out OUT [--steps loader,no-nvjpeg,parts,threads,memory,feed]
 Without CUDA every step runs on the CPU with the stand-in decoder (a dry run of the script).
 """
 
@@ -153,6 +155,7 @@ def step_parts(shards: list[str], out_dir: str) -> dict:
     import random
 
     from turbofeed.decode import probe, scan
+    from turbofeed.decode.gpu import encoded_tensors
     from turbofeed.engine.gpu import resize_batch
     from turbofeed.transforms import Window
 
@@ -171,6 +174,7 @@ def step_parts(shards: list[str], out_dir: str) -> dict:
     spec = T.imagenet_train(SIZE, normalize=True).output
     out["resize_float_ms"] = 1e3 * timed(lambda: resize_batch(images, windows, (SIZE, SIZE), spec), 10)
     out["frombuffer_ms"] = 1e3 * timed(lambda: [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas], 10)
+    out["byte_tensors_ms"] = 1e3 * timed(lambda: encoded_tensors(datas), 10)  # what GpuDecoder does now
 
     def worker_side(d: bytes) -> None:
         probe(d)
@@ -226,8 +230,23 @@ def step_memory(shards: list[str], out_dir: str) -> dict:
     return {"epochs": epochs, "allocated_mib_after_close": after_close}
 
 
+def step_feed(shards: list[str], out_dir: str) -> dict:
+    """bench/gpu_feed_cost.py in a process of its own (it wraps the stage's methods to time
+    them): this host's CPU figures, beside the 2-core CPU machine's in bench/RESULTS.md."""
+    import subprocess
+
+    data = os.path.dirname(shards[0])
+    done = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_feed_cost.py"),
+                           "--data", data, "--shards", "4", "--repeats", "3",
+                           "--batch-size", str(BATCH if CUDA else 8)],
+                          capture_output=True, text=True, timeout=90)
+    if done.returncode:
+        raise RuntimeError(f"gpu_feed_cost.py exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 STEPS = {"loader": step_loader, "no-nvjpeg": step_no_nvjpeg, "parts": step_parts, "memory": step_memory,
-         "threads": step_threads}
+         "threads": step_threads, "feed": step_feed}
 
 
 def main() -> int:
