@@ -23,7 +23,8 @@ permuted, cut into blocks that fit the block size, mixed over ``overlap`` blocks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +49,18 @@ class Pieces:
     lo: np.ndarray
     hi: np.ndarray
     whole: np.ndarray
+    # for :meth:`holding`, once per read of a sample: plain lists (bisect is ~10x numpy's cost here)
+    _first: list[int] = field(init=False, repr=False, compare=False)
+    _lo: list[int] = field(init=False, repr=False, compare=False)
+    _hi: list[int] = field(init=False, repr=False, compare=False)
+    _whole: list[bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        shards = int(self.shard[-1]) + 1 if len(self.shard) else 0
+        object.__setattr__(self, "_first", np.searchsorted(self.shard, np.arange(shards + 1)).tolist())
+        object.__setattr__(self, "_lo", np.asarray(self.lo).tolist())
+        object.__setattr__(self, "_hi", np.asarray(self.hi).tolist())
+        object.__setattr__(self, "_whole", np.asarray(self.whole).tolist())
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -66,11 +79,13 @@ class Pieces:
 
     def holding(self, shard: int, offset: int, size: int) -> int | None:
         """The piece of ``shard`` whose bytes hold ``[offset, offset + size)``, or None."""
-        a, b = np.searchsorted(self.shard, [shard, shard + 1]).tolist()
-        if b - a == 1 and self.whole[a]:
+        if shard + 1 >= len(self._first):
+            return None
+        a, b = self._first[shard], self._first[shard + 1]
+        if b - a == 1 and self._whole[a]:
             return a
-        k = a + int(np.searchsorted(self.lo[a:b], offset, side="right")) - 1
-        if k < a or offset + size > int(self.hi[k]):
+        k = bisect_right(self._lo, offset, a, b) - 1
+        if k < a or offset + size > self._hi[k]:
             return None
         return k
 
