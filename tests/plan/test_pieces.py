@@ -194,3 +194,26 @@ def test_weighted_and_resampled_epochs_read_pieces_too():
                               seed=0, epoch=0, shuffle=True)
         return shards_per_batch(lay, np.concatenate([rounds.round(r)[0] for r in range(rounds.rounds)]))
     assert mixed(lay) > 1.2 * mixed(layout(12, 6, pieces=False))
+
+
+def test_the_start_warning_counts_the_shards_that_pieces_mix(caplog):
+    """The loader warns at construction when batches would draw from fewer than 8 shards:
+    whole shards in a cache of 6 (about 5) warn; their pieces (about 8.5) do not."""
+    import logging
+
+    from turbofeed.engine.layout import warn_low_diversity
+
+    cut = layout(12, 6)
+    cache = int(6 * cut.shard_bytes.mean())
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        warn_low_diversity(cut.shard_bytes, cache, nodes=1, canonical=1)
+    [record] = caplog.records
+    assert "about 5.0 shards" in record.message and "each shard is held whole" in record.message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        warn_low_diversity(cut.shard_bytes, cache, nodes=1, canonical=1, units=cut.pieces.nbytes)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):  # a cache of 3 shards: pieces warn too
+        warn_low_diversity(cut.shard_bytes, cache // 2, nodes=1, canonical=1, units=cut.pieces.nbytes)
+    [record] = caplog.records
+    assert "each piece of a shard is held" in record.message

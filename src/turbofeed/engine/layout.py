@@ -223,9 +223,9 @@ def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, 
                  units: np.ndarray | None = None) -> float:
     """About how many shards a streamed batch of this node draws from, with ``cache`` bytes
     of node cache: the blocks each stretch mixes, over the mean shard, for every stream the
-    node reads (:func:`window_blocks`). With ``units`` (the bytes of the pieces the shards
-    are cut into), the pieces mixed, each of a shard drawn at random: ``K (1 - (1 - 1/K)^m)``
-    of the ``K`` shards for ``m`` pieces."""
+    node reads (:func:`window_blocks`). With ``units`` (the bytes of the ``P`` pieces the
+    ``K`` shards are cut into), the ``m`` pieces mixed are drawn without replacement, so
+    about ``K (1 - (1 - m/P)^(P/K))`` shards."""
     sizes = nbytes if units is None else units
     mean = max(float(sizes.mean()), 1.0) if len(sizes) else 1.0
     streams = max(canonical // max(nodes, 1), 1)
@@ -234,8 +234,8 @@ def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, 
     mixed = streams * overlap * block / mean
     if units is None or not len(nbytes):
         return mixed
-    k = len(nbytes)
-    return k * (1.0 - (1.0 - 1.0 / k) ** mixed)
+    k, p = len(nbytes), len(units)
+    return k * (1.0 - (1.0 - min(mixed, p) / p) ** (p / k))
 
 
 def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0,

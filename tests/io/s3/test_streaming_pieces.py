@@ -135,3 +135,65 @@ def test_an_object_replaced_mid_epoch_raises_a_storage_error(cache6, data, tmp_p
         client.put(victim, body)
         client.close()
         dl.close()
+
+
+def test_the_ranks_of_a_node_share_its_pieces(cache6, data, tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # one node, two ranks, one cache
+    dls = [loader(cache6, tmp_path, rank=r, world_size=2) for r in range(2)]
+    pieces = len(dls[0].stream_layout.pieces)
+    base = dls[0].dataset.storage_stats()["pieces_downloaded"]  # one client, shared by both
+    out: dict[int, list[str]] = {}
+
+    def run(r: int) -> None:
+        out[r] = keys_of(dls[r])
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert Counter(out[0] + out[1]) == Counter(data["keys"])
+    downloaded = dls[0].dataset.storage_stats()["pieces_downloaded"] - base
+    assert pieces <= downloaded <= pieces + 2, (downloaded, pieces)  # each piece once for the node
+    for dl in dls:
+        dl.close()
+
+
+def test_an_elastic_resume_of_pieces_reads_the_rest_once(cache6, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # two nodes of one rank
+    ranks = [loader(cache6, tmp_path / f"n{r}", rank=r, world_size=2) for r in range(2)]
+    assert ranks[0].stream_layout.pieces is not None
+    its = [iter(dl) for dl in ranks]
+    done = [k for it in its for k in keys_of([next(it) for _ in range(10)])]
+    state = ranks[0].state_dict()
+    for dl in ranks:
+        dl.close()
+    alone = loader(cache6, tmp_path / "n0")  # one node now: it reads both canonical streams
+    alone.load_state_dict(state)
+    assert Counter(done + keys_of(alone)) == Counter(data["keys"])
+
+
+@pytest.mark.parametrize("draw", [dict(resample=True, epoch_size=3 * SHARDS * PER_SHARD),
+                                  dict(weights=[1.0], epoch_size=3 * SHARDS * PER_SHARD)])
+def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, data, tmp_path, draw):
+    """Each piece is held for the block that reads it, however often its shard is drawn: no
+    sample read with its own GET, the cache within its bound."""
+    data_arg = [PREFIX] if "weights" in draw else PREFIX
+    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, s3=cache6, cache_dir=str(tmp_path),
+                              streaming=True, shuffle=True, return_keys=True, on_error="raise",
+                              transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **draw)
+    assert dl.stream_layout.pieces is not None
+    before = dl.dataset.storage_stats()["cache_misses"]
+    watch = CacheWatch(str(tmp_path / "s3"))
+    try:
+        got = keys_of(dl)
+    finally:
+        peak = watch.stop()
+    assert len(got) == 3 * SHARDS * PER_SHARD and set(got) <= set(data["keys"])
+    if "weights" in draw:
+        assert Counter(got) == Counter(data["keys"] * 3)  # exactly 3 passes
+    assert dl.dataset.storage_stats()["cache_misses"] == before
+    assert peak <= cache6.cache_max_bytes, (peak, cache6.cache_max_bytes)
+    dl.close()
