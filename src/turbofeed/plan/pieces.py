@@ -71,7 +71,7 @@ class Pieces:
         return self.hi - self.lo
 
     @staticmethod
-    def whole_shards(starts: np.ndarray, sizes: np.ndarray) -> Pieces:
+    def whole_shards(starts: np.ndarray, sizes: np.ndarray | list[int]) -> Pieces:
         """Every shard one piece, whole (``sizes``: each shard's bytes)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         return Pieces(starts=np.asarray(starts, dtype=np.int64), shard=np.arange(len(sizes), dtype=np.int64),
