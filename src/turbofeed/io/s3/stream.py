@@ -112,7 +112,7 @@ class ShardStream:
             whole shards.
     """
 
-    info = StageInfo("fetch.stream", "batch", ("shards_downloaded", "evictions"))
+    info = StageInfo("fetch.stream", "batch", ("shards_downloaded", "pieces_downloaded", "evictions"))
 
     def __init__(self, shards: S3Shards, sources: Sequence[object], starts: np.ndarray, chunks: Iterable[Chunk],
                  *, budget: int, concurrency: int = 2, ahead: int = 4096, pieces: Pieces | None = None) -> None:
