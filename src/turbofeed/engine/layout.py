@@ -14,6 +14,7 @@ block, held until their last sample is read).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -187,8 +188,6 @@ def sample_spans(src: object) -> tuple[np.ndarray, np.ndarray] | None:
 def with_pieces(layout: StreamLayout, dataset: Dataset, piece_bytes: int) -> StreamLayout:
     """``layout`` with the pieces ``piece_bytes`` cuts (a resumed state's: 0 for a state
     saved before pieces existed, whose order had whole shards)."""
-    import dataclasses
-
     pieces = dataset_pieces(dataset, np.asarray(layout.shard_bytes), int(piece_bytes))
     return dataclasses.replace(layout, piece_bytes=int(piece_bytes) if pieces is not None else 0, pieces=pieces)
 
