@@ -199,7 +199,9 @@ class Bench:
                 if len(batch_keys) == self.args.batch_size:
                     mixed.append(len({short_key(k).split("/")[0] for k in batch_keys}))
             ended = time.perf_counter()
-            overlap = loader.stream_layout.overlap if loader.stream_layout is not None else 0
+            lay = loader.stream_layout
+            overlap = lay.overlap if lay is not None else 0
+            pieces = len(lay.pieces) if lay is not None and lay.pieces is not None else 0
             epoch = self.proxy.traffic()
             loader.close()
         finally:
@@ -209,7 +211,7 @@ class Bench:
         return {"construction": construction, "first": first, "epoch": epoch, "keys": got,
                 "build_s": built - started, "first_s": first_at - built, "iter_s": ended - built,
                 "peak": watcher.peak, "watch_samples": watcher.samples,
-                "shards_per_batch": statistics.mean(mixed) if mixed else 0.0, "overlap": overlap}
+                "shards_per_batch": statistics.mean(mixed) if mixed else 0.0, "overlap": overlap, "pieces": pieces}
 
 
 def measure(b: Bench, run: dict) -> dict:
@@ -283,35 +285,39 @@ def write_row(path: str, header: list[str], row: str) -> None:
 
 
 def ab_overlap(bench: Bench, repeats: int) -> None:
-    """#29: streamed epochs with overlap 1 (A: the blocks of half the cache) and the default
-    overlap (B), interleaved A B A B ... after one streamed epoch not counted (a warm-up),
-    each with a fresh node cache: shards per batch,
-    images/s (from ``DataLoader(...)`` to the last batch) and the checks of :func:`measure`."""
+    """#29: streamed epochs of whole shards over overlapping blocks (A: as before pieces;
+    set through ``engine.layout.PIECE_MIN_BYTES``, so large that no shard is cut) and of
+    pieces of shards (B: the default), interleaved A B A B ... after one streamed epoch not
+    counted (a warm-up), each with a fresh node cache: shards per batch, images/s (from
+    ``DataLoader(...)`` to the last batch) and the checks of :func:`measure`."""
     from turbofeed.engine import layout
 
-    default = layout.MAX_OVERLAP
+    default = layout.PIECE_MIN_BYTES
     bench.stream_epoch()  # warm-up, not counted: the first streamed epoch of a run is much slower
     rows: dict[str, list[dict]] = {"A": [], "B": []}
     for r in range(repeats):
-        for name, most in (("A", 1), ("B", default)):
-            layout.MAX_OVERLAP = most
+        for name, floor in (("A", 1 << 62), ("B", default)):
+            layout.PIECE_MIN_BYTES = floor
             try:
                 run = bench.stream_epoch()
             finally:
-                layout.MAX_OVERLAP = default
+                layout.PIECE_MIN_BYTES = default
             m = measure(bench, run)
             ips = len(bench.keys) / (run["build_s"] + run["iter_s"])
-            rows[name].append({"mixed": run["shards_per_batch"], "ips": ips, "overlap": run["overlap"], **m})
-            print(f"repeat {r} {name}: overlap {run['overlap']}, {run['shards_per_batch']:.2f} shards/batch, "
+            rows[name].append({"mixed": run["shards_per_batch"], "ips": ips, "overlap": run["overlap"],
+                               "pieces": run["pieces"], **m})
+            print(f"repeat {r} {name}: overlap {run['overlap']}, {run['pieces']} pieces, "
+                  f"{run['shards_per_batch']:.2f} shards/batch, "
                   f"{ips:.0f} img/s, once {m['once']}, fetched/data {m['fetched'] / bench.total:.3f}, "
                   f"peak {m['peak'] / MiB:.1f} MiB (bound {bench.bound / MiB:.1f})", flush=True)
-    print("\n| shuffle | overlap | shards per batch | img/s (median) | exactly once | fetched / data "
+    print("\n| shuffle | overlap | pieces | shards per batch | img/s (median) | exactly once | fetched / data "
           "| peak cache MiB |")
-    print("|---|---|---|---|---|---|---|")
-    for name, label in (("A", "blocks of half the cache (before #29)"), ("B", "overlapping blocks (#29)")):
+    print("|---|---|---|---|---|---|---|---|")
+    for name, label in (("A", "whole shards, overlapping blocks (before pieces)"), ("B", "pieces of shards")):
         xs = rows[name]
         each = ", ".join(f"{x['ips']:.0f}" for x in xs)
-        print(f"| {label} | {xs[0]['overlap']} | {statistics.mean(x['mixed'] for x in xs):.2f} | "
+        print(f"| {label} | {xs[0]['overlap']} | {xs[0]['pieces'] or '-'} | "
+              f"{statistics.mean(x['mixed'] for x in xs):.2f} | "
               f"{statistics.median(x['ips'] for x in xs):.0f} ({each}) | "
               f"{'yes' if all(x['once'] for x in xs) else 'NO'} | "
               f"{max(x['fetched'] for x in xs) / bench.total:.3f} | {max(x['peak'] for x in xs) / MiB:.1f} |")
@@ -329,8 +335,8 @@ def main() -> None:
     ap.add_argument("--streaming", choices=["on", "auto"], default="on",
                     help="on: streaming=True; auto: the loader's default (on when the data exceeds the bound)")
     ap.add_argument("--ab-overlap", action="store_true",
-                    help="#29: per repeat, a streamed epoch with the blocks of half the cache (overlap 1, as "
-                         "before #29) and one with the default overlapping blocks, interleaved; prints both")
+                    help="#29: per repeat, a streamed epoch of whole shards (overlapping blocks, as before "
+                         "pieces) and one of pieces of shards (the default), interleaved; prints both")
     ap.add_argument("--write", action="store_true", help="append a row to bench/RESULTS.md")
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS.md"))
     args = ap.parse_args()

@@ -221,7 +221,7 @@ def test_an_epoch_with_fewer_samples_than_canonical_nodes():
 
 def test_a_layout_is_one_rank_per_node_unless_told_and_keeps_what_resume_needs():
     layout = StreamLayout(starts=STARTS, shard_bytes=BYTES, canonical_nodes=4, block_bytes=2000)
-    assert layout.state() == {"canonical_nodes": 4, "block_bytes": 2000, "overlap": 1}
+    assert layout.state() == {"canonical_nodes": 4, "block_bytes": 2000, "overlap": 1, "piece_bytes": 0}
     with pytest.raises(dataclasses.FrozenInstanceError):
         layout.block_bytes = 1  # type: ignore[misc]
     g = order(c=4)

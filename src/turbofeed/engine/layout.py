@@ -14,6 +14,7 @@ block, held until their last sample is read).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..errors import DatasetError, StorageError
 from ..plan import EpochDraw, EpochPlan, StreamLayout
+from ..plan.pieces import Pieces, cut_pieces
 
 if TYPE_CHECKING:
     from ..io import Dataset, PathSpec, S3Config
@@ -37,6 +39,16 @@ LOCAL_BLOCK_BYTES = 4 << 30
 MAX_OVERLAP = 8
 #: Shards a batch should draw from; fewer (the cache holds too few shards) is warned about.
 DIVERSE_SHARDS = 8
+#: The least bytes and samples of a piece of a shard (:mod:`turbofeed.plan.pieces`): one
+#: ranged GET of ``S3Config.part_size`` (8 MiB) at least, and a few batches of samples.
+PIECE_MIN_BYTES = 8 << 20
+PIECE_MIN_SAMPLES = 64
+#: Most blocks a stretch mixes when the units are pieces: blocks of a few pieces each, so
+#: a cache of a few shards mixes many pieces (the reads ahead are counted as before).
+MAX_PIECE_OVERLAP = 2 * MAX_OVERLAP
+#: Pieces a stream's window should hold: pieces are no smaller than ``window / this``, so a
+#: cache of many shards keeps them whole (nothing to gain) and the piece count stays small.
+PIECES_PER_WINDOW = 4 * MAX_OVERLAP
 
 
 def shard_bytes(dataset: Dataset) -> np.ndarray:
@@ -70,8 +82,11 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
     ``window / (overlap + 1)`` bytes, no smaller than the largest shard (a block holds
     whole shards), ``overlap = window // largest - 1`` (1 to :data:`MAX_OVERLAP`) when the
     fetch stage's reads, ``ahead`` positions of this rank past the batches done, stay
-    within a block, less when they may reach further (:func:`window_blocks`). A given
-    ``block_bytes`` (a resumed state's) comes with its ``overlap`` (default 1).
+    within a block, less when they may reach further (:func:`window_blocks`). Plain
+    ``s3://`` shards of at least twice :func:`piece_size` are cut into pieces
+    (:mod:`turbofeed.plan.pieces`), and the units above are pieces, not shards (up to
+    :data:`MAX_PIECE_OVERLAP` blocks mixed). A given ``block_bytes`` (a resumed state's)
+    comes with its ``overlap`` (default 1) and whole shards (see :func:`with_pieces`).
 
     Raises:
         StorageError: ``streaming=True`` with ``s3://`` shards that do not fit the node
@@ -108,11 +123,73 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
         # the reads' lead in one stream's positions (a rank reads every W-th position of C streams)
         per_sample = float(nbytes.sum()) / max(int(dataset.starts[-1]), 1)
         lead = ahead * ranks_per_node * nodes / canonical * per_sample
-        overlap, block_bytes = window_blocks(window, nbytes, ahead_bytes=int(lead))
+        piece_bytes = piece_size(dataset, window, nbytes)
+        pieces = dataset_pieces(dataset, nbytes, piece_bytes)
+        units = nbytes if pieces is None else pieces.nbytes
+        most = None if pieces is None else MAX_PIECE_OVERLAP
+        overlap, block_bytes = window_blocks(window, units, most, ahead_bytes=int(lead))
         if cache is not None:
-            warn_low_diversity(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=int(lead))
+            warn_low_diversity(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=int(lead),
+                               units=None if pieces is None else units)
+    else:
+        piece_bytes, pieces = 0, None  # a given block size (a resumed state's): whole shards unless said
     return StreamLayout(starts=dataset.starts, shard_bytes=nbytes, canonical_nodes=canonical,
-                        block_bytes=int(block_bytes), ranks_per_node=ranks_per_node, overlap=int(overlap or 1))
+                        block_bytes=int(block_bytes), ranks_per_node=ranks_per_node, overlap=int(overlap or 1),
+                        piece_bytes=int(piece_bytes) if pieces is not None else 0, pieces=pieces)
+
+
+def piece_size(dataset: Dataset, window: int, nbytes: np.ndarray) -> int:
+    """The least bytes of a piece for a stream window of ``window`` bytes: 0 (whole
+    shards) without an ``s3://`` cache, or when no shard is twice that size; else
+    ``max(PIECE_MIN_BYTES, window // PIECES_PER_WINDOW)``."""
+    if dataset.s3 is None or not len(nbytes):
+        return 0
+    size = max(PIECE_MIN_BYTES, window // PIECES_PER_WINDOW)
+    return size if int(nbytes.max()) >= 2 * size else 0
+
+
+def dataset_pieces(dataset: Dataset, nbytes: np.ndarray, piece_bytes: int) -> Pieces | None:
+    """The pieces ``piece_bytes`` cuts the dataset's shards into (:func:`turbofeed.plan.pieces.cut_pieces`;
+    a pure function of the index, the same on every rank and in a resumed run), or None
+    when every shard stays whole. Only plain ``s3://`` shards are cut, the others (local,
+    compressed: read from a decompressed copy) stay whole."""
+    if piece_bytes <= 0:
+        return None
+    spans = [sample_spans(src) for src in dataset.sources]
+    pieces = cut_pieces(dataset.starts, nbytes, spans, piece_bytes, PIECE_MIN_SAMPLES)
+    return None if len(pieces) == len(nbytes) else pieces
+
+
+def sample_spans(src: object) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(lo, hi)``: int64, the bytes ``[lo, hi)`` of each sample's members in a plain
+    ``s3://`` shard (from its index's member table); None to keep the shard whole (not
+    such a shard, no member table, a member of unknown size, samples out of order)."""
+    from ..io.s3.shards import S3TarSource
+
+    if not isinstance(src, S3TarSource) or src.plain is not None:
+        return None
+    table = src.table
+    if not len(table) or not table.has_members:
+        return None
+    bounds = np.asarray(table.member_start, dtype=np.int64)
+    first = bounds[:-1] - bounds[0]
+    if np.any(np.diff(bounds) <= 0):
+        return None  # a sample without members
+    offset = np.asarray(table.member_offset[bounds[0]:bounds[-1]], dtype=np.int64)
+    size = np.asarray(table.member_size[bounds[0]:bounds[-1]], dtype=np.int64)
+    if np.any(size < 0):
+        return None
+    lo, hi = np.minimum.reduceat(offset, first), np.maximum.reduceat(offset + size, first)
+    if np.any(np.diff(lo) < 0) or int(hi.max()) > int(src.info.size):
+        return None
+    return lo, hi
+
+
+def with_pieces(layout: StreamLayout, dataset: Dataset, piece_bytes: int) -> StreamLayout:
+    """``layout`` with the pieces ``piece_bytes`` cuts (a resumed state's: 0 for a state
+    saved before pieces existed, whose order had whole shards)."""
+    pieces = dataset_pieces(dataset, np.asarray(layout.shard_bytes), int(piece_bytes))
+    return dataclasses.replace(layout, piece_bytes=int(piece_bytes) if pieces is not None else 0, pieces=pieces)
 
 
 def window_blocks(window: int, nbytes: np.ndarray, max_overlap: int | None = None,
@@ -141,37 +218,51 @@ def window_blocks(window: int, nbytes: np.ndarray, max_overlap: int | None = Non
     return best
 
 
-def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> float:
+def mixed_shards(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0,
+                 units: np.ndarray | None = None) -> float:
     """About how many shards a streamed batch of this node draws from, with ``cache`` bytes
     of node cache: the blocks each stretch mixes, over the mean shard, for every stream the
-    node reads (:func:`window_blocks`)."""
-    mean = max(float(nbytes.mean()), 1.0) if len(nbytes) else 1.0
+    node reads (:func:`window_blocks`). With ``units`` (the bytes of the ``P`` pieces the
+    ``K`` shards are cut into), the ``m`` pieces mixed are drawn without replacement, so
+    about ``K (1 - (1 - m/P)^(P/K))`` shards."""
+    sizes = nbytes if units is None else units
+    mean = max(float(sizes.mean()), 1.0) if len(sizes) else 1.0
     streams = max(canonical // max(nodes, 1), 1)
-    overlap, block = window_blocks(max(1, cache * nodes // canonical), nbytes, ahead_bytes=ahead_bytes)
-    return streams * overlap * block / mean
+    most = None if units is None else MAX_PIECE_OVERLAP
+    overlap, block = window_blocks(max(1, cache * nodes // canonical), sizes, most, ahead_bytes=ahead_bytes)
+    mixed = streams * overlap * block / mean
+    if units is None or not len(nbytes):
+        return mixed
+    k, p = len(nbytes), len(units)
+    return k * (1.0 - (1.0 - min(mixed, p) / p) ** (p / k))
 
 
-def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0) -> None:
+def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical: int, ahead_bytes: int = 0,
+                       units: np.ndarray | None = None) -> None:
     """Warn (once per loader, when it is made) when a streamed batch draws from fewer than
     :data:`DIVERSE_SHARDS` shards because the cache holds too few at once, naming the
-    cache size that would give that many."""
+    cache size that would give that many (``units``: the bytes of the pieces the shards
+    are cut into, if they are, :func:`mixed_shards`)."""
     if not len(nbytes):
         return
     want = min(DIVERSE_SHARDS, len(nbytes))
-    mixed = mixed_shards(nbytes, cache, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes)
+    opts = dict(nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes, units=units)
+    mixed = mixed_shards(nbytes, cache, **opts)  # type: ignore[arg-type]
     if mixed >= want:
         return
-    mean, step = max(float(nbytes.mean()), 1.0), max(int(nbytes.max()), 1) * canonical // max(nodes, 1)
+    unit = nbytes if units is None else units
+    mean, step = max(float(nbytes.mean()), 1.0), max(int(unit.max()), 1) * canonical // max(nodes, 1)
     need = cache
-    for _ in range(4 * DIVERSE_SHARDS):  # a shard more at a time (the overlap grows with the cache)
+    for _ in range(4 * DIVERSE_SHARDS):  # a shard (a piece) more at a time: the overlap grows with the cache
         need += step
-        if mixed_shards(nbytes, need, nodes=nodes, canonical=canonical, ahead_bytes=ahead_bytes) >= want:
+        if mixed_shards(nbytes, need, **opts) >= want:  # type: ignore[arg-type]
             break
+    held = "each shard is held whole" if units is None else "each piece of a shard is held"
     log.warning("turbofeed: streamed batches draw from about %.1f shards each (the node cache of %d bytes holds "
-                "%.1f shards of %d bytes on average; each shard is held whole while it is read, and the next "
+                "%.1f shards of %d bytes on average; %s while it is read, and the next "
                 "ones download ahead): batches mix little. Raise S3Config(cache_max_bytes=...) or "
                 "TURBOFEED_S3_CACHE_SIZE to %d bytes (%dM) for about %d shards per batch",
-                mixed, cache, cache / mean, int(mean), need, -(-need >> 20), want)
+                mixed, cache, cache / mean, int(mean), held, need, -(-need >> 20), want)
 
 
 def warn_copies_overflow(dataset: Dataset) -> None:
@@ -202,7 +293,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
     # a streamed plan's order: an array, or a resampled epoch's RoundsRankOrder (read by rounds)
     return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,  # type: ignore[arg-type]
                          concurrency=max(2, dataset.s3.config.prefetch_shards),
-                         ahead=(prefetch + 2) * plan.batch_size, blocks=plan.blocks)
+                         ahead=(prefetch + 2) * plan.batch_size, blocks=plan.blocks, pieces=layout.pieces)
 
 
 def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,

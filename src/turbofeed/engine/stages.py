@@ -5,9 +5,10 @@ A pass (:class:`turbofeed.engine.run.Engine`) is one list of named stages:
 =============  ==========================  =================================  ==================
 stage          where it runs               what it does                       what it counts
 =============  ==========================  =================================  ==================
-fetch.stream   per batch, own threads      streaming: shards downloaded       ``shards_downloaded``
-               (io/s3/stream.py)           ahead of their block, released
-                                           after their last sample
+fetch.stream   per batch, own threads      streaming: shards (or pieces of    ``shards_downloaded``,
+               (io/s3/stream.py)           them) downloaded ahead of their    ``pieces_downloaded``
+                                           block, released after their last
+                                           sample
 fetch          per sample, worker threads  sample id -> bytes (or pixels)     ``seconds.fetch``, ``bytes_read``
 decode.cpu     per sample, worker threads  crop-window decode + resize +      ``seconds.decode.cpu``,
                (fused: one native call)    flip + normalise into the slot     ``seconds.augment``, ``collate``

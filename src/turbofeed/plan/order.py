@@ -194,7 +194,7 @@ def make_epoch_plan(
     if stream is not None:
         full, block = stream_blocks(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
                                     canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes,
-                                    visits=visits, overlap=stream.overlap)
+                                    visits=visits, overlap=stream.overlap, pieces=stream.pieces)
         order, blocks = (stream_rank_order(a, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
                                            canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
                          for a in (full, block))  # the same positions of both

@@ -101,7 +101,7 @@ class StreamRounds(LazyChunks[tuple[np.ndarray, np.ndarray]]):
                             weights=d.weights)
         return stream_blocks(lay.starts, lay.shard_bytes, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
                              canonical_nodes=lay.canonical_nodes, block_bytes=lay.block_bytes, visits=visits, key=r,
-                             overlap=lay.overlap)
+                             overlap=lay.overlap, pieces=lay.pieces)
 
     def _ids(self, chunk: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return chunk[0]

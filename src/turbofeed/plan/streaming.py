@@ -42,6 +42,7 @@ import numpy as np
 
 from .mixing import ShardVisits, draw_epoch
 from .overlap import overlap_order
+from .pieces import Pieces, split_visits
 
 _TAG = 0x5354  # "ST": keeps these draws apart from the other uses of (seed, epoch)
 
@@ -61,6 +62,10 @@ class StreamLayout:
             by node.
         overlap: blocks each stretch of a stream draws its samples from
             (:mod:`turbofeed.plan.overlap`); 1: samples mixed inside one block only.
+        piece_bytes: the least bytes of a piece of a shard (:mod:`turbofeed.plan.pieces`);
+            0: shards are ordered, fetched and held whole.
+        pieces: the cut that ``piece_bytes`` gives this dataset (None with 0): the order's
+            units instead of whole shards.
     """
 
     starts: np.ndarray
@@ -69,17 +74,20 @@ class StreamLayout:
     block_bytes: int
     ranks_per_node: int = 1
     overlap: int = 1
+    piece_bytes: int = 0
+    pieces: Pieces | None = None
 
     def state(self) -> dict:
         """The fields a resume state keeps so that the resumed order is the same (a state
-        without ``overlap``, saved before it existed, resumes with 1: the order it had)."""
+        without ``overlap`` or ``piece_bytes``, saved before they existed, resumes with 1
+        and 0: the order it had)."""
         return {"canonical_nodes": int(self.canonical_nodes), "block_bytes": int(self.block_bytes),
-                "overlap": int(self.overlap)}
+                "overlap": int(self.overlap), "piece_bytes": int(self.piece_bytes)}
 
 
 def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
                  canonical_nodes: int, block_bytes: int,
-                 visits: ShardVisits | None = None, overlap: int = 1) -> np.ndarray:
+                 visits: ShardVisits | None = None, overlap: int = 1, pieces: Pieces | None = None) -> np.ndarray:
     """The global order ``G`` of a streamed epoch (see the module docstring).
 
     Args:
@@ -91,24 +99,28 @@ def stream_order(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoc
             (:class:`turbofeed.plan.mixing.EpochDraw`); default every shard once.
         overlap: blocks each stretch of a stream draws from (:mod:`turbofeed.plan.overlap`);
             1 permutes samples inside each block (step 4 above).
+        pieces: the shards cut into pieces (:mod:`turbofeed.plan.pieces`): steps 1-4 order
+            pieces (each a unit of its own, permuted and grouped into blocks) instead of
+            whole shards; None: whole shards.
 
     Returns:
         int64 sample ids, one per position of the epoch.
     """
     return stream_blocks(starts, shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
                          canonical_nodes=canonical_nodes, block_bytes=block_bytes, visits=visits,
-                         overlap=overlap)[0]
+                         overlap=overlap, pieces=pieces)[0]
 
 
 def stream_blocks(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
                   canonical_nodes: int, block_bytes: int, visits: ShardVisits | None = None,
-                  key: int | None = None, overlap: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                  key: int | None = None, overlap: int = 1,
+                  pieces: Pieces | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`stream_order` and the block of every position.
 
     Args:
         key: one more number the generator is keyed by (a resampled epoch's round,
             :mod:`turbofeed.plan.stream_rounds`); None for a whole epoch.
-        overlap: as for :func:`stream_order`.
+        overlap, pieces: as for :func:`stream_order`.
 
     Returns:
         ``(order, block)``: int64 sample ids, and int64 block numbers (stream 0's blocks
@@ -120,6 +132,9 @@ def stream_blocks(starts: np.ndarray, shard_bytes: np.ndarray, *, seed: int, epo
     starts = np.asarray(starts, dtype=np.int64)
     if visits is None:
         visits = draw_epoch(np.diff(starts), seed=seed, epoch=epoch)  # every shard once
+    if pieces is not None:  # the same samples, visited piece by piece: pieces are the units
+        visits = split_visits(visits, pieces)
+        starts, shard_bytes = np.asarray(pieces.starts, dtype=np.int64), pieces.nbytes
     shard, bounds, ids = visits.shard, visits.start, visits.ids
     rng = np.random.default_rng([seed, epoch, _TAG] + ([] if key is None else [int(key)]))
     lengths = np.diff(bounds)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..engine.layout import stream_layout
+from ..engine.layout import stream_layout, with_pieces
 from ..plan import EpochDraw, EpochPlan, StreamLayout, bucketed_size, count_batches, make_epoch_plan, plan_fingerprint
 from .threads import choose_threads
 
@@ -77,13 +77,15 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
 
     def _adopt_stream_state(self, state: dict) -> None:
         """A streamed epoch resumes with the layout that ordered it (its canonical nodes,
-        block size and overlap), whatever this run's node count and cache would choose."""
+        block size, overlap and pieces), whatever this run's node count and cache would choose."""
         layout = self.stream_layout
         if layout is None or "canonical_nodes" not in state:
             return
         self.stream_layout = dataclasses.replace(layout, canonical_nodes=int(state["canonical_nodes"]),
                                                  block_bytes=int(state["block_bytes"]),
                                                  overlap=int(state.get("overlap", 1)))  # 1: saved before it
+        # 0: saved before pieces existed, whole shards (the order it was saved in)
+        self.stream_layout = with_pieces(self.stream_layout, self.dataset, int(state.get("piece_bytes", 0)))
 
     def _sync_ranks(self) -> None:
         """Take the rank and world size the environment says now, between passes (a

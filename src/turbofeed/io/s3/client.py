@@ -339,19 +339,21 @@ class S3Client:
         transfers.read_into(self, url, offset, out)
 
     def download_to(self, url: str, size: int, fd: int, stop: threading.Event | None = None,
-                    *, etag: str | None = None) -> None:
-        """Write the whole object into the open file ``fd`` at its own offsets (``pwrite``),
-        ``part_size`` bytes per ranged GET, up to ``max_concurrency`` at once.
+                    *, etag: str | None = None, start: int = 0) -> None:
+        """Write the whole object (``size`` bytes), or its bytes ``[start, start + size)``,
+        into the open file ``fd`` at offsets ``0 .. size - 1`` (``pwrite``), ``part_size``
+        bytes per ranged GET, up to ``max_concurrency`` at once.
 
         Args:
             etag: the version expected (``If-Match`` on every part), so a copy is never
                 stitched together from two versions of an object replaced meanwhile.
+            start: the object's offset of the first byte (a piece of a shard, streaming).
 
         Raises:
             InterruptedError: ``stop`` was set (the file is incomplete).
             RemoteError: a part failed for good.
         """
-        transfers.download_to(self, url, size, fd, stop, etag=etag)
+        transfers.download_to(self, url, size, fd, stop, etag=etag, start=start)
 
     # ----- writes ---------------------------------------------------------------------
     def upload(self, url: str, size: int, read_part: Callable[[int, int], memoryview]) -> str:

@@ -149,11 +149,12 @@ class S3Stats:
         retry_reasons: retries by error type (``GenericError``, ``ConnectionError`` ...).
         cache_hits, cache_misses: sample reads served by the node cache or by a GET.
         shards_downloaded: whole shards fetched into the cache (by this process).
+        pieces_downloaded: pieces of shards fetched into the cache (streaming, by this process).
         evictions: cache files removed to stay within the size bound.
     """
 
     NAMES = ("requests", "bytes_read", "bytes_written", "retries", "cache_hits", "cache_misses",
-             "shards_downloaded", "evictions")
+             "shards_downloaded", "pieces_downloaded", "evictions")
 
     requests = _count("requests")
     bytes_read = _count("bytes_read")
@@ -162,6 +163,7 @@ class S3Stats:
     cache_hits = _count("cache_hits")
     cache_misses = _count("cache_misses")
     shards_downloaded = _count("shards_downloaded")
+    pieces_downloaded = _count("pieces_downloaded")
     evictions = _count("evictions")
 
     def __init__(self) -> None:

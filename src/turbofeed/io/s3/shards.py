@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("turbofeed")
 
-__all__ = ["S3Shards", "S3TarSource"]
+__all__ = ["S3Shards", "S3TarSource", "piece_name"]
 
 _JOIN_TIMEOUT_S = 5.0
 # Bumped when s3:// indexes built earlier must not be trusted. 2: built from a private,
@@ -194,6 +194,24 @@ class S3Shards:
             self.client.stats.add(shards_downloaded=1)
         return fd
 
+    def pinned_piece(self, info: ObjectInfo, lo: int, hi: int) -> int | None:
+        """As :meth:`pinned_copy`, of the object's bytes ``[lo, hi)`` only (a piece of a shard,
+        :mod:`turbofeed.plan.pieces`): an entry of its own, named by URL, ETag and range
+        (the ranks of a node share it); its byte ``i`` is the object's ``lo + i``."""
+        name = piece_name(info, lo, hi)
+        fd = self.cache.open(name)
+        if fd is not None:
+            return fd
+        downloaded = []
+
+        def write(fd: int) -> None:
+            self.client.download_to(info.url, hi - lo, fd, self._stop, etag=info.etag, start=lo)
+            downloaded.append(True)
+        fd = self.cache.fill_open(name, hi - lo, write, self._stop)
+        if downloaded and fd is not None:
+            self.client.stats.add(pieces_downloaded=1)
+        return fd
+
     def fetch(self, info: ObjectInfo) -> str | None:
         """The node cache's copy of the object, downloaded if needed; None if it cannot fit.
         Not pinned: open it at once and read through the descriptor."""
@@ -260,6 +278,11 @@ def _prefetch(ref: weakref.ref, k: int) -> None:
 
 def _cache_name(info: ObjectInfo) -> str:
     return object_name(info.url, info.etag, info.size, ".tar")
+
+
+def piece_name(info: ObjectInfo, lo: int, hi: int) -> str:
+    """The node-cache name of the object's bytes ``[lo, hi)``."""
+    return object_name(info.url, info.etag, info.size, f".{lo}-{hi}.piece")
 
 
 def _unreadable(info: ObjectInfo) -> str | None:

@@ -26,6 +26,10 @@ A compressed shard (``.tar.gz`` ...) is held the same way through its decompress
 block (counted by the copy's size), unpinned after its last sample, so the copies of one
 block at a time fill the cache, never more than its bound.
 
+Pieces of shards (:mod:`turbofeed.plan.pieces`) are held as shards are, each fetched with
+ranged GETs into its own node-cache entry (:meth:`~turbofeed.io.s3.shards.S3Shards.pinned_piece`)
+and read at piece-relative offsets.
+
 A reader that needs a shard not started yet starts it at once, whatever the budget (so
 no reader waits on a release that its own batch holds up); when the cache has no room
 for it after a few seconds of waiting for other processes to release theirs, the shard's
@@ -49,6 +53,7 @@ import numpy as np
 from ...engine.executor import Executor, ExecutorClosed
 from ...engine.stages import StageInfo
 from ...errors import StorageError
+from ...plan.pieces import Pieces
 
 if TYPE_CHECKING:
     from ...plan.stream_rounds import RoundsRankOrder
@@ -64,9 +69,9 @@ _MAKE_AHEAD = 1 << 20  # positions past the last batch done whose holds the down
 
 
 class _Held:
-    """One hold of the stream: shard ``k`` from its first use to position ``last`` (a
-    shard the order reads in two blocks, or two rounds, has a hold for each), its
-    download's outcome, and who waits for it."""
+    """One hold of the stream: piece ``k`` (a whole shard, or a piece of one) from its first
+    use to position ``last`` (a piece the order reads in two blocks, or two rounds, has a
+    hold for each), its download's outcome, and who waits for it."""
 
     def __init__(self, k: int, last: int, size: int, plain: PlainCopy | None = None) -> None:
         self.k = k
@@ -103,18 +108,24 @@ class ShardStream:
         budget: bytes of shards to hold at once (the node cache's bound).
         concurrency: whole-shard downloads at once.
         ahead: positions a read may be ahead of the last batch done (the batches in flight).
+        pieces: the pieces the order's units are (:mod:`turbofeed.plan.pieces`); None:
+            whole shards.
     """
 
-    info = StageInfo("fetch.stream", "batch", ("shards_downloaded", "evictions"))
+    info = StageInfo("fetch.stream", "batch", ("shards_downloaded", "pieces_downloaded", "evictions"))
 
     def __init__(self, shards: S3Shards, sources: Sequence[object], starts: np.ndarray, chunks: Iterable[Chunk],
-                 *, budget: int, concurrency: int = 2, ahead: int = 4096) -> None:
+                 *, budget: int, concurrency: int = 2, ahead: int = 4096, pieces: Pieces | None = None) -> None:
         from .shards import S3TarSource
 
         self._shards = shards
         self.budget = budget
-        self._starts = np.asarray(starts, dtype=np.int64)
         self._sources: dict[int, S3TarSource] = {k: s for k, s in enumerate(sources) if isinstance(s, S3TarSource)}
+        if pieces is None:
+            pieces = Pieces.whole_shards(starts, [s.info.size if isinstance(s, S3TarSource) else 0 for s in sources])
+        self._pieces = pieces
+        self._starts = np.asarray(pieces.starts, dtype=np.int64)  # the holds' units: pieces
+        self._streamed = int(np.isin(pieces.shard, list(self._sources)).sum())
         # a compressed one's reads come here too: its copy is made in its block's turn
         self._index = {id(s): k for k, s in self._sources.items()}
         self._chunks = iter(chunks)
@@ -142,10 +153,13 @@ class ShardStream:
             StorageError: a short read of the copy, or a compressed shard's copy has no
                 room in the node cache.
         """
-        k = self._index.get(id(source))
-        if k is None:
+        shard = self._index.get(id(source))
+        if shard is None:
             return None
-        plain = self._sources[k].plain
+        plain = self._sources[shard].plain
+        k = self._pieces.holding(shard, offset, size)
+        if k is None:
+            return None  # no piece holds all of it: from the network
         fd: int | None = None
         for _ in range(3):  # a hold dropped under us (its reads done) leaves the next one
             held = self._hold_of(k)
@@ -176,7 +190,7 @@ class ShardStream:
         if held is None or fd is None:
             return None
         try:
-            data = os.pread(fd, size, offset)
+            data = os.pread(fd, size, offset - int(self._pieces.lo[k]))
         finally:
             with self._lock:
                 held.readers -= 1
@@ -184,12 +198,12 @@ class ShardStream:
             if last:
                 self._close(held)
         if len(data) != size:
-            raise StorageError(self._sources[k].path, f"short read of its streamed copy at {offset} "
+            raise StorageError(self._sources[shard].path, f"short read of its streamed copy at {offset} "
                                f"({len(data)} of {size} bytes)")
         return data
 
     def _hold_of(self, k: int) -> _Held | None:
-        """Shard ``k``'s first live hold, making holds up to ``ahead`` positions past the
+        """Piece ``k``'s first live hold, making holds up to ``ahead`` positions past the
         last batch done to find one; None if no position there reads it."""
         while True:
             with self._lock:
@@ -260,20 +274,23 @@ class ShardStream:
             return True
 
     def _holds(self, j0: int, ids: np.ndarray, block: np.ndarray | None) -> list[_Held]:
-        """The holds of one chunk, in order of first use: one per (shard, block) read."""
-        shard = np.searchsorted(self._starts, ids, side="right") - 1
-        key = shard if block is None else np.asarray(block, dtype=np.int64) * len(self._starts) + shard
+        """The holds of one chunk, in order of first use: one per (piece, block) read."""
+        piece = np.searchsorted(self._starts, ids, side="right") - 1
+        key = piece if block is None else np.asarray(block, dtype=np.int64) * len(self._starts) + piece
         uniq, first = np.unique(key, return_index=True)
         _, last_rev = np.unique(key[::-1], return_index=True)
         last = len(key) - 1 - last_rev
         made = []
         for u in np.argsort(first, kind="stable").tolist():
-            k = int(shard[first[u]])
-            src = self._sources.get(k)
+            k = int(piece[first[u]])
+            src = self._sources.get(int(self._pieces.shard[k]))
             if src is None:
                 continue
             plain = src.plain
-            size = src.info.size if plain is None else plain.size or src.info.size
+            if not self._pieces.whole[k]:
+                size = int(self._pieces.hi[k] - self._pieces.lo[k])
+            else:
+                size = src.info.size if plain is None else plain.size or src.info.size
             made.append(_Held(k, j0 + int(last[u]), size, plain))
         return made
 
@@ -293,7 +310,7 @@ class ShardStream:
                 # far enough: a lookahead of positions, or as many holds as shards (the
                 # descriptors of a whole-epoch order's holds)
                 far = (self._frontier >= self._done + max(self._ahead, _MAKE_AHEAD)
-                       or len(self._live) >= len(self._sources))
+                       or len(self._live) >= self._streamed)
             if held is None:
                 if far or not self._make():
                     return
@@ -313,7 +330,9 @@ class ShardStream:
             held.ready.set()
 
     def _fetch(self, held: _Held) -> None:
-        src = self._sources[held.k]
+        src = self._sources[int(self._pieces.shard[held.k])]
+        whole = bool(self._pieces.whole[held.k])
+        lo, hi = int(self._pieces.lo[held.k]), int(self._pieces.hi[held.k])
         try:
             if held.plain is not None:
                 # made now, in its block's turn, and pinned until released; room held by
@@ -321,9 +340,9 @@ class ShardStream:
                 held.plain.hold(_PLAIN_WAIT_S, self._stop)
                 return
             waited = time.monotonic()
-            never = src.info.size > self.budget  # no wait can make room (refused when asked, layout.py)
+            never = held.size > self.budget  # no wait can make room (refused when asked, layout.py)
             while not self._stop.is_set():
-                fd = self._shards.pinned_copy(src.info)
+                fd = self._shards.pinned_copy(src.info) if whole else self._shards.pinned_piece(src.info, lo, hi)
                 if fd is not None or never or time.monotonic() - waited > _NO_ROOM_WAIT_S:
                     break
                 time.sleep(_POLL_S)  # the room is held by other processes' pins: they move on
@@ -335,8 +354,9 @@ class ShardStream:
         except InterruptedError:
             pass
         except Exception as exc:  # noqa: BLE001 - the shard's reads go to the network and report
+            what = src.path if whole else f"{src.path} (bytes {lo}-{hi - 1})"
             log.warning("turbofeed: streaming download of %s failed, reading its samples without it: %s",
-                        src.path, exc)
+                        what, exc)
         finally:
             with self._lock:
                 held.ready.set()
@@ -365,14 +385,15 @@ class ShardStream:
 
 def stream_shards(shards: S3Shards, sources: Sequence[S3TarSource | object], starts: np.ndarray,
                   order: np.ndarray | RoundsRankOrder, concurrency: int, ahead: int = 4096,
-                  blocks: np.ndarray | None = None) -> ShardStream:
+                  blocks: np.ndarray | None = None, pieces: Pieces | None = None) -> ShardStream:
     """The :class:`ShardStream` of a rank reading ``order`` (global sample ids: an array, or
     a resampled epoch's lazy order, read round by round) of a dataset whose shard ``k``
     holds ids ``starts[k] .. starts[k+1]-1``; ``ahead``: positions a read may be ahead of
     the last batch done; ``blocks``: an array order's block of each position (a shard is
-    held per block that reads it; without, from its first use to its last)."""
+    held per block that reads it; without, from its first use to its last); ``pieces``:
+    the pieces the order's units are (None: whole shards)."""
     chunks: Iterable[Chunk] = [(0, np.asarray(order), blocks)] if isinstance(order, np.ndarray) else order.chunks()
     stream = ShardStream(shards, sources, starts, chunks, budget=shards.cache.max_bytes, concurrency=concurrency,
-                         ahead=ahead)
+                         ahead=ahead, pieces=pieces)
     shards.streamer = stream  # reads go through it; the whole-dataset prefetch stops
     return stream

@@ -61,7 +61,7 @@ def read_into(client: S3Client, url: str, offset: int, out: memoryview) -> None:
 
 
 def download_to(client: S3Client, url: str, size: int, fd: int, stop: threading.Event | None = None,
-                *, etag: str | None = None) -> None:
+                *, etag: str | None = None, start: int = 0) -> None:
     """See :meth:`S3Client.download_to`."""
     part = client.config.part_size
 
@@ -73,7 +73,7 @@ def download_to(client: S3Client, url: str, size: int, fd: int, stop: threading.
             done = 0
             while done < len(data):
                 done += os.pwrite(fd, data[done:], pos + done)
-        client.get_range(url, pos, min(size, pos + part), etag=etag, sink=write)
+        client.get_range(url, start + pos, start + min(size, pos + part), etag=etag, sink=write)
     run_parts(one, range(0, size, part), client.config.max_concurrency)
 
 
