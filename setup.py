@@ -96,11 +96,13 @@ class BuildExt(build_ext):
         return True
 
 
-# The extension's C files: module.c holds the CPython bindings; the others use no Python
+# The extension's C files: module.c and module_index.c hold the CPython bindings; the others use no Python
 # (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
 CSRC = "src/turbofeed/decode/csrc"
-SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "jpeg_window.c", "resample.c", "kernels.c")]
-HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h")]
+SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_index.c", "jpeg_window.c", "resample.c", "kernels.c",
+                                          "tarindex.c", "jpeg_sizes.c")]
+HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h", "module_index.h",
+                                         "tarindex.h", "jpeg_sizes.h")]
 
 # The stable ABI (abi3) of CPython 3.11, where the buffer protocol joined the limited API:
 # one wheel, tagged cp311-abi3, installs on 3.11, 3.12, 3.13... with no compiler. On 3.10
