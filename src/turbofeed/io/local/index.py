@@ -117,6 +117,7 @@ def tarfile_members(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarD
     take (not plain, or damaged): it decides what the damage is."""
     members: list[tuple[str, int, int]] = []
     damage, cut_name = None, None
+    f.seek(0)  # tarfile reads from where the file is: offsets count from the shard's start
     try:
         tf = tarfile.open(fileobj=f, mode="r:")
     except tarfile.TarError as exc:
