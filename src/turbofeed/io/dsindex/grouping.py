@@ -3,8 +3,8 @@
 member for member, without a Python loop per sample.
 
 The rules, as there: a member's key is its name up to the first dot after the last
-slash, its extension the rest, lower-cased (:func:`~turbofeed.io.table.split_key`;
-``/`` and ``.`` are ASCII, so the raw bytes split where the decoded names do). Samples
+slash, its extension the rest, lower-cased (:func:`~turbofeed.io.table.split_key`, on
+the raw names: :attr:`~turbofeed.io.local.members.MemberArrays.split`). Samples
 are the keys in order of first appearance; a sample's members are the first member of
 each extension, in storage order; its image the member of the first of
 ``IMAGE_EXTENSIONS`` it has, its label member the first of ``LABEL_EXTENSIONS``.
@@ -25,7 +25,8 @@ class Samples:
     """The samples of a shard's members.
 
     Attributes:
-        keys: each sample's key, raw bytes, in sample order.
+        key_blob: the samples' keys (raw bytes) one after another, in sample order.
+        key_len: each sample's key's length.
         rows: the members of every sample (indexes into the members), sample after
             sample; ``count[i]`` of them for sample ``i``.
         count: members per sample.
@@ -39,7 +40,8 @@ class Samples:
         raw: the distinct extensions as written, decoded.
     """
 
-    keys: list[bytes]
+    key_blob: bytes
+    key_len: np.ndarray
     rows: np.ndarray
     count: np.ndarray
     ext: np.ndarray
@@ -50,22 +52,6 @@ class Samples:
     lower: list[str]
     raw_id: np.ndarray
     raw: list[str]
-
-
-def key_ends(names: bytes, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per name ``names[start[i]:end[i]]``, where its key ends: its first ``.`` after
-    its last ``/``, or its end when there is none."""
-    size = len(names)
-    if size == 0:
-        return end.copy()
-    a = np.frombuffer(names, np.uint8)
-    at = np.arange(size, dtype=np.int64)
-    last_slash = np.maximum.accumulate(np.where(a == ord("/"), at, -1))
-    next_dot = np.minimum.accumulate(np.where(a == ord("."), at, size)[::-1])[::-1]
-    slash = np.where(end > start, last_slash[np.clip(end - 1, 0, size - 1)], -1)
-    search = np.maximum(start, slash + 1)
-    dot = np.where(search < end, next_dot[np.clip(search, 0, size - 1)], size)
-    return np.where(dot < end, dot, end)
 
 
 def _first_of(preferred: tuple[str, ...], exts: list[str], ext: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -81,15 +67,9 @@ def _first_of(preferred: tuple[str, ...], exts: list[str], ext: np.ndarray, coun
 
 def group(m: MemberArrays) -> Samples:
     """The samples of the members ``m`` (see the module docstring)."""
-    names = m.names
-    start, end = m.name_start, np.asarray(m.name_end, np.int64)
-    kend = key_ends(names, start, end)
-    starts, kends, ends = start.tolist(), kend.tolist(), end.tolist()
-    key_ids: dict[bytes, int] = {}
-    key_id = np.array([key_ids.setdefault(names[a:b], len(key_ids)) for a, b in zip(starts, kends)], np.int64)
-    raw_ids: dict[bytes, int] = {}
-    raw_id = np.array([raw_ids.setdefault(names[b + 1:e], len(raw_ids)) for b, e in zip(kends, ends)], np.int64)
-    raw = [r.decode("utf-8", "surrogateescape") for r in raw_ids]
+    split = m.split
+    key_id, raw_id = split.key_id, split.raw_id
+    raw = [r.decode("utf-8", "surrogateescape") for r in split.raw]
     lower_ids: dict[str, int] = {}
     lowered = np.array([lower_ids.setdefault(r.lower(), len(lower_ids)) for r in raw] or [0], np.int64)
     lext = lowered[raw_id]
@@ -98,7 +78,7 @@ def group(m: MemberArrays) -> Samples:
     pair = key_id * max(1, len(lower_names)) + lext
     _, first = np.unique(pair, return_index=True)
     rows = first[np.lexsort((first, key_id[first]))]
-    count = np.bincount(key_id[rows], minlength=len(key_ids)).astype(np.int64)
+    count = np.bincount(key_id[rows], minlength=len(split.key_first)).astype(np.int64)
     row_ext = lext[rows]
     used, seen = np.unique(row_ext, return_index=True)
     order = used[np.argsort(seen, kind="stable")]
@@ -107,6 +87,7 @@ def group(m: MemberArrays) -> Samples:
     exts = {lower_names[int(u)]: i for i, u in enumerate(order)}
     image = _first_of(IMAGE_EXTENSIONS, lower_names, row_ext, count)
     label = _first_of(LABEL_EXTENSIONS, lower_names, row_ext, count)
-    return Samples(keys=list(key_ids), rows=rows, count=count, ext=renumber[row_ext], exts=exts,
+    return Samples(key_blob=m.key_blob(split.key_first), key_len=split.key_len[split.key_first], rows=rows,
+                   count=count, ext=renumber[row_ext], exts=exts,
                    image=np.where(image >= 0, rows[image], -1), label=np.where(label >= 0, rows[label], -1),
                    lext=lext, lower=lower_names, raw_id=raw_id, raw=raw)

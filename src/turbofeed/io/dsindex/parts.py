@@ -23,7 +23,7 @@ from ...errors import DatasetError
 from ..local.compressed import codec_of
 from ..local.files import FileId
 from ..local.index import INLINE_LABEL_BYTES, TarDamage, label_of, no_image, no_samples
-from ..local.members import MemberArrays, scan_arrays
+from ..local.members import MemberArrays, numbered, numbered_slices, scan_arrays
 from ..local.tarscan import Window
 from ...decode import native
 from ...decode.probe import probe_size
@@ -102,7 +102,7 @@ def shard_part(members: MemberArrays, damage: TarDamage | None, fd: int, *,
     without the GIL."""
     on = native.available() if use_native is None else use_native
     s = group(members)
-    n = len(s.keys)
+    n = len(s.key_len)
     has_image = s.image >= 0
     image = np.where(has_image, s.image, 0)
     offset = np.where(has_image, members.offset[image], 0)
@@ -123,18 +123,15 @@ def shard_part(members: MemberArrays, damage: TarDamage | None, fd: int, *,
     arrays = {"suffix": suffix, "offset": offset, "size": size, "kind": kind, "value": value,
               "member_count": s.count, "height": height, "width": width, "member_ext": s.ext,
               "member_offset": members.offset[s.rows], "member_size": members.size[s.rows]}
-    return ShardPart(entry, b"".join(s.keys), np.fromiter(map(len, s.keys), np.int64, count=n),
+    return ShardPart(entry, s.key_blob, np.asarray(s.key_len, np.int64),
                      suffixes=suffixes, names=names, exts=s.exts,
                      **{name: narrow(np.asarray(a, np.int64)) for name, a in arrays.items()})
 
 
 def _in_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``values`` numbered in order of first appearance, and the distinct values in that order."""
-    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(distinct), np.int64)
-    rank[order] = np.arange(len(distinct))
-    return rank[inverse.reshape(-1)], distinct[order]
+    ids, first = numbered(values)
+    return ids, values[first]
 
 
 def _labels(members: MemberArrays, s: Samples, has_image: np.ndarray, fd: int,
@@ -143,7 +140,7 @@ def _labels(members: MemberArrays, s: Samples, has_image: np.ndarray, fd: int,
     each distinct label member parsed once (:func:`~turbofeed.io.local.index.label_of`,
     as the per-shard path parses it: text up to 64 KiB read while indexing and decoded
     with replacement, larger ones read as bytes)."""
-    n = len(s.keys)
+    n = len(s.key_len)
     kind, value = np.full(n, NONE, np.int64), np.zeros(n, np.int64)
     names: dict[str, int] = {}
     problems: dict[int, str] = {}
@@ -152,22 +149,21 @@ def _labels(members: MemberArrays, s: Samples, has_image: np.ndarray, fd: int,
     if not len(samples):
         return kind, value, names, problems
     member = s.label[samples]
-    at, nbytes = members.offset[member], members.size[member]
-    exts = [s.lower[e] for e in s.lext[member].tolist()]
+    at, nbytes, lext = members.offset[member], members.size[member], s.lext[member]
     small = nbytes <= INLINE_LABEL_BYTES
     blob = native.gather(fd, at[small], nbytes[small]) if on else \
         b"".join(read(k, o) for o, k in zip(at[small].tolist(), nbytes[small].tolist()))
-    bounds = np.concatenate([[0], np.cumsum(nbytes[small])]).tolist()
-    texts = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    distinct: dict[tuple[str, bytes], int] = {}
-    ids = [distinct.setdefault(key, len(distinct)) for key in zip([e for e, keep in zip(exts, small.tolist()) if keep],
-                                                                    texts)]
-    parsed = [label_of([ext, text.decode("utf-8", "replace")], read) for ext, text in distinct]
+    length = nbytes[small]
+    start = np.cumsum(length) - length
+    # each distinct (extension, text) parsed once: a dataset has a few classes, not a label per sample
+    text, _ = numbered_slices(blob, np.frombuffer(blob, np.uint8), start, length)
     uid = np.empty(len(samples), np.int64)
-    uid[small] = ids
+    uid[small], first = numbered(text * max(1, len(s.lower)) + lext[small])
+    parsed = [label_of([s.lower[e], blob[b:b + k].decode("utf-8", "replace")], read)
+              for e, b, k in zip(lext[small][first].tolist(), start[first].tolist(), length[first].tolist())]
     for j in np.flatnonzero(~small).tolist():  # over 64 KiB: read as bytes, each on its own
         uid[j] = len(parsed)
-        parsed.append(label_of([exts[j], None, int(at[j]), int(nbytes[j])], read))
+        parsed.append(label_of([s.lower[lext[j]], None, int(at[j]), int(nbytes[j])], read))
     ukind, uvalue = np.zeros(len(parsed), np.int64), np.zeros(len(parsed), np.int64)
     for u in _in_order(uid)[1].tolist():  # class names numbered in sample order
         label, problem = parsed[u]
