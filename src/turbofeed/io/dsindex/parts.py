@@ -12,6 +12,7 @@ header walk, the labels and the JPEG headers in the native extension when it is 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -151,9 +152,11 @@ def _labels(members: MemberArrays, s: Samples, has_image: np.ndarray, fd: int,
     member = s.label[samples]
     at, nbytes, lext = members.offset[member], members.size[member], s.lext[member]
     small = nbytes <= INLINE_LABEL_BYTES
-    blob = native.gather(fd, at[small], nbytes[small]) if on else \
-        b"".join(read(k, o) for o, k in zip(at[small].tolist(), nbytes[small].tolist()))
     length = nbytes[small]
+    blob = native.gather(fd, at[small], length) if on else \
+        b"".join(read(k, o) for o, k in zip(at[small].tolist(), length.tolist()))
+    if len(blob) != int(length.sum()):  # as native.gather says: the file shrank while it was read
+        raise OSError(errno.ENODATA, "the file ends before a label member it lists")
     start = np.cumsum(length) - length
     # each distinct (extension, text) parsed once: a dataset has a few classes, not a label per sample
     text, _ = numbered_slices(blob, np.frombuffer(blob, np.uint8), start, length)
