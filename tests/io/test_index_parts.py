@@ -124,7 +124,8 @@ SHARDS = {
     "images": [("i0.jpg", _jpeg(subsampling=0)), ("i1.jpg", encode(photo(9, 5).convert("CMYK"))),
                ("i2.jpg", _jpeg()[:200]), ("i3.jpg", b"\xff\xd8\xff\xe0" + bytes(range(96))), ("i4.jpg", b""),
                ("i5.webp", encode(photo(6, 8), "WEBP")), ("i6.jpg", _jpeg(exif=b"Exif\0\0" + bytes(30_000))),
-               ("i7.png", b"not a png"), ("i8.jpeg", encode(photo(8, 8).convert("L"))), ("i9.gif", encode(photo(4, 3), "GIF"))],
+               ("i7.png", b"not a png"), ("i8.jpeg", encode(photo(8, 8).convert("L"))),
+               ("i9.gif", encode(photo(4, 3), "GIF"))],
     "empty tar": [],
 }
 

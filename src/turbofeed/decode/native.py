@@ -214,7 +214,7 @@ def tar_walk(fd: int, file_size: int) -> tuple[bytes, np.ndarray, np.ndarray, np
     if found is None:
         return None
     names, ends, offsets, sizes = found
-    return names, *(np.frombuffer(b, np.int64) for b in (ends, offsets, sizes))
+    return names, np.frombuffer(ends, np.int64), np.frombuffer(offsets, np.int64), np.frombuffer(sizes, np.int64)
 
 
 def gather(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:

@@ -212,10 +212,9 @@ static int walk(TfWindow *w, int64_t file_size, TfMembers *out) {
             pos += BLOCK;
             continue;
         }
-        if (b[345]) {
-            if (push_bytes(out, b + 345, nts_len(b + 345, 155)) < 0 || push_bytes(out, (const unsigned char *)"/", 1) < 0)
-                return TF_NOMEM;
-        }
+        if (b[345] && (push_bytes(out, b + 345, nts_len(b + 345, 155)) < 0 ||
+                       push_bytes(out, (const unsigned char *)"/", 1) < 0)) /* prefix "/" name */
+            return TF_NOMEM;
         if (push_bytes(out, b, name_len) < 0) return TF_NOMEM;
         const int64_t end = pos + BLOCK + size;
         if (end > file_size) return TF_TAR_NOT_PLAIN;

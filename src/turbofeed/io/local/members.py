@@ -102,7 +102,8 @@ class MemberArrays:
         """The keys of ``members``, one after another."""
         lengths = self.split.key_len[members]
         ends = np.cumsum(lengths)
-        at = np.repeat(self.name_start[members] - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+        total = int(ends[-1]) if len(ends) else 0
+        at = np.repeat(self.name_start[members] - (ends - lengths), lengths) + np.arange(total)
         return np.frombuffer(self.names, np.uint8)[at].tobytes()
 
     def unique_names(self) -> bool:
