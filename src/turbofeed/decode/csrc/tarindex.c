@@ -11,9 +11,13 @@
 #include <unistd.h>
 
 #define BLOCK 512
-#define NEAR (64 * 1024)  /* a read this close after the window continues it: a large window */
+/* Window sizes: a read that continues the window (what the walk does through small
+ * members, whose headers fill every page) doubles the next one, up to LARGE: few
+ * system calls. A read elsewhere (past a large member, whose bytes nobody here needs)
+ * starts again at SMALL: little copied. A system call costs about as much as copying
+ * a few KiB. */
 #define LARGE (1 << 20)
-#define SMALL (16 * 1024) /* a read past a large member: its header and what follows it */
+#define SMALL (4 * 1024)
 
 /* ---------------------------------------------------------------- window */
 
@@ -46,8 +50,9 @@ static ssize_t pread_full(int fd, unsigned char *buf, size_t n, int64_t offset) 
 const unsigned char *tf_window_read(TfWindow *w, int64_t offset, size_t n, size_t *got, int *rc) {
     int64_t rel = offset - w->start;
     if (w->buf == NULL || rel < 0 || (uint64_t)rel + n > w->len) {
-        const int far = w->buf == NULL || rel < 0 || (uint64_t)rel > w->len + NEAR;
-        size_t want = far ? SMALL : LARGE;
+        const int next = w->buf != NULL && rel >= 0 && (uint64_t)rel <= w->len;
+        w->chunk = next && w->chunk ? (w->chunk < LARGE ? w->chunk * 2 : LARGE) : SMALL;
+        size_t want = w->chunk;
         if (want < n) want = n;
         if (want > w->cap) {
             unsigned char *grown = (unsigned char *)realloc(w->buf, want);

@@ -12,13 +12,14 @@
  * it was asked for. */
 enum { TF_TAR_PLAIN = 0, TF_TAR_NOT_PLAIN = 1, TF_IO = 2, TF_NOMEM = 3 };
 
-/* Positional reads of one file through one buffer, as turbofeed.io.local.tarscan.Window:
- * a read inside the buffer costs no system call; after a jump of more than 64 KiB past
- * it, the next read is 16 KiB (so shards of large images are not read whole), else 1 MiB. */
+/* Positional reads of one file through one buffer: a read inside the buffer costs no
+ * system call; one that continues it reads twice as much as the last (up to 1 MiB),
+ * one elsewhere 4 KiB (so shards of large images are not read whole). */
 typedef struct {
     int fd;
     int64_t start;     /* file offset of buf[0] */
     size_t len, cap;   /* bytes held, bytes allocated */
+    size_t chunk;      /* the last read's size */
     unsigned char *buf;
 } TfWindow;
 
