@@ -3,7 +3,7 @@
 The extension needs a C compiler and libjpeg(-turbo) headers (Debian: libjpeg62-turbo-dev).
 It is optional: without them the build prints a warning block saying why and how to get
 it (pip shows build output only with -v; the loader also warns once at run time), and
-turbofeed uses its pure-Python path, about 2x slower.
+turbofeed uses its pure-Python paths, about 2x slower to decode and 5x slower to build a dataset index.
 """
 
 import contextlib
@@ -31,7 +31,8 @@ def not_built_message(reason: str) -> str:
         bar,
         "WARNING: turbofeed's native JPEG decoder (turbofeed.decode._crop) was NOT built:",
         f"  {reason}.",
-        "turbofeed works without it, but decodes JPEGs about 2x slower (its Python path).",
+        "turbofeed works without it, but decodes JPEGs about 2x slower and builds dataset indexes",
+        "about 5x slower (its Python paths).",
         "To get it, install a C compiler and the libjpeg-turbo headers, then reinstall:",
         f"  {FIX[0]}",
         f"  {FIX[1]}",
@@ -96,11 +97,13 @@ class BuildExt(build_ext):
         return True
 
 
-# The extension's C files: module.c holds the CPython bindings; the others use no Python
+# The extension's C files: module.c and module_index.c hold the CPython bindings; the others use no Python
 # (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
 CSRC = "src/turbofeed/decode/csrc"
-SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "jpeg_window.c", "resample.c", "kernels.c")]
-HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h")]
+SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_index.c", "jpeg_window.c", "resample.c", "kernels.c",
+                                          "tarindex.c", "jpeg_sizes.c")]
+HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h", "module_index.h",
+                                         "tarindex.h", "jpeg_sizes.h")]
 
 # The stable ABI (abi3) of CPython 3.11, where the buffer protocol joined the limited API:
 # one wheel, tagged cp311-abi3, installs on 3.11, 3.12, 3.13... with no compiler. On 3.10

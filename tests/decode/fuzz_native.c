@@ -16,7 +16,13 @@
  *     markers, CMYK): intact, its result must equal the resampler's on the fully decoded
  *     image; truncated at a random point (with or without an EOI marker after), with random
  *     bytes flipped, or both, every call must return a code, and the intact JPEG must decode
- *     again right after.
+ *     again right after;
+ * (c) the dataset index's reads (tarindex.c, jpeg_sizes.c) on a file: a tar of random
+ *     members written here (ustar headers, random names, sizes and padding), intact, cut or
+ *     with bytes flipped, through tf_tar_walk (an intact one must give back its members,
+ *     a damaged one any verdict) and tf_gather (random spans, some past the end); the
+ *     intact and the damaged JPEG of (b) through tf_jpeg_sizes (the intact one's size
+ *     must come back, with or without the first read's 16 KiB cut), at random offsets.
  * Every buffer handed to the code under test has its exact size and the scratch buffers
  * are freed after each call, so the sanitizers see any access outside them (beyond the
  * SLACK bytes layout.h promises). A failed check prints why to stderr and aborts; at the
@@ -31,9 +37,11 @@
 
 #include <jpeglib.h>
 
+#include "jpeg_sizes.h"
 #include "jpeg_window.h"
 #include "kernels.h"
 #include "resample.h"
+#include "tarindex.h"
 
 static unsigned long long rng_state;
 static long iteration;
@@ -75,6 +83,7 @@ static void *xmalloc(size_t n) {
 static const char *LEVELS[] = {"none", "sse2", "avx2"};
 static int levels_ok[3];
 static long calls[2][RC_TOO_LARGE + 1]; /* [resample, jpeg][return code] */
+static long walks[2], sizes_seen[3];       /* [plain, not plain], [ok, none, ask] */
 
 static void random_level(void) {
     int i;
@@ -353,6 +362,116 @@ static void check_damaged(JpegWindow *jw, const Jpeg *j) {
     free(data);
 }
 
+/* ---------------------------------------------------------------- (c) the index's reads */
+
+/* A file holding data[0:len] (removed when closed). */
+static FILE *file_of(const unsigned char *data, size_t len) {
+    FILE *f = tmpfile();
+    CHECK(f != NULL, "tmpfile");
+    CHECK(fwrite(data, 1, len, f) == len, "fwrite");
+    CHECK(fflush(f) == 0, "fflush");
+    return f;
+}
+
+static void octal(unsigned char *field, int width, long long v) { /* width - 1 digits and a NUL */
+    for (int i = width - 2; i >= 0; i--, v >>= 3) field[i] = (unsigned char)('0' + (v & 7));
+    field[width - 1] = 0;
+}
+
+/* A ustar tar of random members; their names, data offsets and sizes in names/at/size. */
+static unsigned char *random_tar(size_t *len, int *count, char names[][40], int64_t *at, int64_t *size) {
+    *count = between(0, 12);
+    size_t cap = 1024 + (size_t)*count * (512 + 4096), n = 0;
+    unsigned char *tar = xmalloc(cap);
+    memset(tar, 0, cap);
+    for (int m = 0; m < *count; m++) {
+        unsigned char *h = tar + n;
+        snprintf(names[m], 40, "%s%d.%s", chance(30) ? "dir/" : "", between(0, 5), chance(50) ? "jpg" : "cls");
+        memcpy(h, names[m], strlen(names[m]));
+        octal(h + 100, 8, 0644), octal(h + 108, 8, 0), octal(h + 116, 8, 0);
+        size[m] = between(0, 4000);
+        octal(h + 124, 12, size[m]), octal(h + 136, 12, 0);
+        h[156] = '0';
+        memcpy(h + 257, "ustar\0" "00", 8);
+        memset(h + 148, ' ', 8);
+        long sum = 0;
+        for (int i = 0; i < 512; i++) sum += h[i];
+        octal(h + 148, 7, sum), h[155] = ' ';
+        at[m] = (int64_t)n + 512;
+        for (int i = 0; i < size[m]; i++) tar[n + 512 + i] = (unsigned char)below(256);
+        n += 512 + (size_t)((size[m] + 511) / 512 * 512);
+    }
+    *len = n + 1024; /* the end-of-archive blocks */
+    return tar;
+}
+
+static void fuzz_index(const Jpeg *j) {
+    char names[12][40];
+    int64_t at[12], size[12];
+    int count;
+    size_t len;
+    unsigned char *tar = random_tar(&len, &count, names, at, size);
+    const int how = below(4); /* 0: intact, 1: cut, 2: bytes flipped, 3: both */
+    if (how & 1) len = (size_t)below((int)len + 1);
+    if ((how & 2) && len > 0)
+        for (int k = between(1, 4); k > 0; k--) tar[below((int)len)] ^= (unsigned char)between(1, 255);
+    FILE *f = file_of(tar, len);
+    TfMembers m;
+    const int rc = tf_tar_walk(fileno(f), (int64_t)len, &m);
+    CHECK(rc == TF_TAR_PLAIN || rc == TF_TAR_NOT_PLAIN, "tar walk rc %d", rc);
+    walks[rc == TF_TAR_PLAIN ? 0 : 1]++;
+    if (how == 0) {
+        CHECK(rc == TF_TAR_PLAIN && m.count == (size_t)count, "intact tar: rc %d, %zu members of %d", rc, m.count,
+              count);
+        for (int i = 0; i < count; i++) {
+            const int64_t from = i ? m.name_end[i - 1] : 0;
+            CHECK(m.offset[i] == at[i] && m.size[i] == size[i] && m.name_end[i] - from == (int64_t)strlen(names[i]) &&
+                  memcmp(m.names + from, names[i], strlen(names[i])) == 0, "member %d", i);
+        }
+    }
+    if (rc == TF_TAR_PLAIN) tf_members_free(&m);
+    int64_t off[4], sz[4];
+    size_t total = 0;
+    for (int i = 0; i < 4; i++) {
+        off[i] = below((int)len + 600);
+        sz[i] = below(3000);
+        total += (size_t)sz[i];
+    }
+    unsigned char *out = xmalloc(total + 1);
+    const int grc = tf_gather(fileno(f), off, sz, 4, out);
+    int inside = 1;
+    for (int i = 0; i < 4; i++) inside &= sz[i] == 0 || off[i] + sz[i] <= (int64_t)len; /* nothing to read: no end to pass */
+    CHECK(grc == (inside ? TF_TAR_PLAIN : TF_IO), "gather rc %d", grc);
+    if (inside)
+        for (int i = 0, o = 0; i < 4; o += (int)sz[i], i++)
+            CHECK(memcmp(out + o, tar + off[i], (size_t)sz[i]) == 0, "gather bytes of span %d", i);
+    free(out);
+    fclose(f);
+    free(tar);
+    /* the JPEG of (b), intact after some padding, then damaged copies at random offsets */
+    const size_t pad = (size_t)below(5000);
+    unsigned char *img = xmalloc(pad + j->len * 2);
+    memset(img, 7, pad);
+    memcpy(img + pad, j->data, j->len);
+    memcpy(img + pad + j->len, j->data, j->len);
+    const size_t cut = (size_t)below((int)j->len);
+    for (int k = between(0, 3); k > 0; k--) img[pad + j->len + below((int)j->len)] ^= (unsigned char)between(1, 255);
+    f = file_of(img, pad + j->len * 2);
+    int64_t ioff[3] = {(int64_t)pad, (int64_t)(pad + j->len), below((int)(pad + j->len * 2))};
+    int64_t isz[3] = {(int64_t)j->len, (int64_t)cut, between(0, 70000)};
+    int32_t res[9];
+    CHECK(tf_jpeg_sizes(fileno(f), ioff, isz, 3, res) == 0, "jpeg sizes");
+    for (int i = 0; i < 3; i++) {
+        CHECK(res[3 * i + 2] >= TF_SIZE_OK && res[3 * i + 2] <= TF_SIZE_ASK, "verdict %d", res[3 * i + 2]);
+        CHECK(res[3 * i + 2] == TF_SIZE_OK || (res[3 * i] == 0 && res[3 * i + 1] == 0), "no size, yet one");
+        sizes_seen[res[3 * i + 2]]++;
+    }
+    CHECK(j->cmyk ? res[2] == TF_SIZE_ASK : (res[2] == TF_SIZE_OK && res[0] == j->H && res[1] == j->W),
+          "intact %dx%d JPEG: %d %d verdict %d", j->H, j->W, res[0], res[1], res[2]);
+    fclose(f);
+    free(img);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SEED ITERATIONS [SECONDS]\n", argv[0]);
@@ -380,15 +499,18 @@ int main(int argc, char **argv) {
         }
         check_damaged(jw, &j);
         check_intact(jw, &j, full); /* also: the damaged call left nothing behind */
+        fuzz_index(&j);
     }
     free(j.data);
     free(full);
     tf_jpeg_free(jw);
     tf_scratch_free(&s);
     printf("fuzz_native seed %s: %ld iterations; resample ok %ld value %ld too_large %ld; jpeg ok %ld jpeg_error %ld "
-           "fallback %ld value %ld too_large %ld; levels%s%s%s\n",
+           "fallback %ld value %ld too_large %ld; levels%s%s%s; index: tar plain %ld not_plain %ld, sizes ok %ld none %ld "
+           "ask %ld\n",
            argv[1], iteration, calls[0][RC_OK], calls[0][RC_VALUE], calls[0][RC_TOO_LARGE], calls[1][RC_OK],
            calls[1][RC_JPEG], calls[1][RC_FALLBACK], calls[1][RC_VALUE], calls[1][RC_TOO_LARGE],
-           levels_ok[0] ? " none" : "", levels_ok[1] ? " sse2" : "", levels_ok[2] ? " avx2" : "");
+           levels_ok[0] ? " none" : "", levels_ok[1] ? " sse2" : "", levels_ok[2] ? " avx2" : "", walks[0], walks[1],
+           sizes_seen[0], sizes_seen[1], sizes_seen[2]);
     return 0;
 }

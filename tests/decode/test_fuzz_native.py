@@ -1,7 +1,8 @@
 """The native decoder's C core under AddressSanitizer and UBSan: ``fuzz_native.c`` (random
 crops of random images through the pure resampler; intact, truncated and corrupt JPEGs
-through the window decoder, see its header) built from the extension's own C files, bar
-the Python bindings, against the libjpeg setup.py links, and run for two seeds.
+through the window decoder; random, cut and corrupt tars and JPEGs through the dataset
+index's reads, see its header) built from the extension's own C files, bar the Python
+bindings, against the libjpeg setup.py links, and run for two seeds.
 
 Each seed runs up to ITERATIONS iterations (about 9 s on the 2-core test machine) and
 stops after SECONDS on a slower one; a failure names the seed, and rerunning
@@ -44,15 +45,15 @@ def _env_flags(*names: str) -> list[str]:
 
 
 def _core_sources() -> list[Path]:
-    """The extension's C files but the bindings (module.c): what the fuzz run links."""
-    return sorted(p for p in CSRC.glob("*.c") if p.name != "module.c")
+    """The extension's C files but the bindings (module*.c): what the fuzz run links."""
+    return sorted(p for p in CSRC.glob("*.c") if not p.name.startswith("module"))
 
 
 def test_the_fuzz_run_builds_the_files_setup_py_builds():
-    line = re.search(r"^SOURCES = .*$", (ROOT / "setup.py").read_text(), re.M)
+    line = re.search(r"^SOURCES = .*?\)\]$", (ROOT / "setup.py").read_text(), re.M | re.S)
     assert line, "setup.py has no SOURCES = [...] line"
     built = set(re.findall(r'"(\w+\.c)"', line.group()))
-    assert built == {p.name for p in _core_sources()} | {"module.c"}, built
+    assert built == {p.name for p in _core_sources()} | {"module.c", "module_index.c"}, built
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +91,5 @@ def test_random_crops_and_damaged_jpegs_under_sanitizers(fuzzer, seed):
     assert iterations >= MIN_ITERATIONS, report  # even a slow machine gets through this many
     # every part ran: good crops (two calls each), intact JPEGs, corrupt ones refused
     assert resample_ok > iterations and jpeg_ok > iterations / 2 and jpeg_error > iterations / 10, report
+    index = re.search(r"tar plain (\d+) not_plain (\d+), sizes ok (\d+) none (\d+)", done.stdout)
+    assert index and all(int(n) > iterations / 20 for n in index.groups()), report  # the index's reads ran too

@@ -195,3 +195,51 @@ def scratch(height: int, width: int) -> np.ndarray:
     if array is None or array.shape != (height, width, 3):
         array = _scratch.array = np.empty((height, width, 3), np.uint8)
     return array
+
+
+# The dataset index's reads (module_index.c): the tar header walk, many members' bytes,
+# many JPEGs' sizes, each one call without the GIL (so the index's threads run in
+# parallel). Callers check available() and keep their Python path for when it is False.
+
+def tar_walk(fd: int, file_size: int) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(names, name_end, offset, size)`` of the regular files of the plain, whole tar
+    shard open as ``fd`` (name ``i`` is ``names[name_end[i - 1]:name_end[i]]``, raw bytes;
+    int64 arrays), or None when it is not plain and whole: exactly when
+    :func:`turbofeed.io.local.tarscan.fast_members` says None.
+
+    Raises:
+        OSError: a read failed.
+    """
+    found = _crop.tar_walk(fd, file_size)
+    if found is None:
+        return None
+    names, ends, offsets, sizes = found
+    return names, np.frombuffer(ends, np.int64), np.frombuffer(offsets, np.int64), np.frombuffer(sizes, np.int64)
+
+
+def gather(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:
+    """The bytes of the members at ``offsets`` (``sizes`` bytes each) of the file open
+    as ``fd``, one after another.
+
+    Raises:
+        OSError: a read failed, or the file ends before a member.
+    """
+    return _crop.gather(fd, np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(sizes, np.int64))
+
+
+#: :func:`jpeg_sizes`' verdicts: the size; no readable header; not decided (ask the Python probe).
+SIZE_OK, SIZE_NONE, SIZE_ASK = 0, 1, 2
+
+
+def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(height, width, verdict)`` per image member at ``offsets`` (``sizes`` bytes each)
+    of the file open as ``fd``, an int32 array of shape ``(n, 3)``: :data:`SIZE_OK` with
+    what :func:`turbofeed.decode.probe.probe_size` gives; :data:`SIZE_NONE` (0, 0) where
+    it gives (0, 0); :data:`SIZE_ASK` where only it can say (not a JPEG, or a JPEG header
+    that libjpeg-turbo versions may judge differently: jpeg_sizes.c).
+
+    Raises:
+        OSError: a read failed.
+    """
+    out = _crop.jpeg_sizes(fd, np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(sizes, np.int64))
+    return np.frombuffer(out, np.int32).reshape(-1, 3)

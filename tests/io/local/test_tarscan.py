@@ -8,22 +8,18 @@ import io
 import os
 import random
 import tarfile
+from pathlib import Path
 
 import pytest
 from builders import small_jpeg, tar_bytes
+from tar_compare import both_walks, scan_both
 
 from turbofeed.io.local import index as index_module
-from turbofeed.io.local.tarscan import Window, fast_members
+from turbofeed.io.local.tarscan import Window
 
 
 def _scan_both(path: str, monkeypatch) -> tuple:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        fast = index_module._scan(f, size)
-    with open(path, "rb") as f, monkeypatch.context() as m:
-        m.setattr(index_module, "fast_members", lambda fd, size: None)  # tarfile only
-        slow = index_module._scan(f, size)
-    return fast, slow
+    return scan_both(Path(path), monkeypatch)  # tarfile only, and the array scans checked on the way
 
 
 def _shard() -> bytes:
@@ -38,7 +34,7 @@ def test_a_plain_shard_takes_the_fast_path_with_tarfile_members(tmp_path, monkey
     path.write_bytes(_shard())
     fd = os.open(path, os.O_RDONLY)
     try:
-        found = fast_members(fd, os.fstat(fd).st_size)
+        found = both_walks(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
     with tarfile.open(path) as tf:
@@ -68,7 +64,7 @@ def test_cut_and_corrupt_copies_index_as_tarfile_says(tmp_path, monkeypatch):
         fast, slow = _scan_both(str(path), monkeypatch)
         assert fast == slow, f"variant {k}"
         fd = os.open(path, os.O_RDONLY)
-        fast_taken += fast_members(fd, len(variant)) is not None
+        fast_taken += both_walks(fd, len(variant)) is not None
         os.close(fd)
     assert fast_taken > 10  # flips in names and payload padding keep many files whole
 
@@ -94,7 +90,7 @@ def test_extended_headers_go_to_tarfile_or_agree(tmp_path, monkeypatch, fmt, nam
     fast, slow = _scan_both(str(path), monkeypatch)
     assert fast == slow and [m[0] for m in fast[0]] == [name, "k.cls"]
     fd = os.open(path, os.O_RDONLY)
-    walked = fast_members(fd, os.fstat(fd).st_size)
+    walked = both_walks(fd, os.fstat(fd).st_size)
     os.close(fd)
     assert (walked is not None) == (fmt == tarfile.USTAR_FORMAT and not link)
 

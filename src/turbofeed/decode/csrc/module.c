@@ -23,6 +23,7 @@
 
 #include "jpeg_window.h"
 #include "kernels.h"
+#include "module_index.h"
 #include "resample.h"
 
 static PyObject *image_too_large; /* turbofeed.errors.ImageTooLarge, imported at init */
@@ -348,8 +349,11 @@ static PyMethodDef methods[] = {
     {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
     {"crop_resize", (PyCFunction)(void (*)(void))py_crop_resize, METH_VARARGS | METH_KEYWORDS,
      crop_resize_doc},
+    {"gather", tf_py_gather, METH_VARARGS, tf_gather_doc},
     {"header", py_header, METH_O, header_doc},
+    {"jpeg_sizes", tf_py_jpeg_sizes, METH_VARARGS, tf_jpeg_sizes_doc},
     {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
+    {"tar_walk", tf_py_tar_walk, METH_VARARGS, tf_tar_walk_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,9 +21,9 @@ from ..._deps import tqdm
 
 from ...engine.executor import Executor, result_or_closed
 from ...errors import DatasetError
-from ..local.index import default_cache_dir, scan_members
+from ..local.index import default_cache_dir
+from ..local.members import scan_arrays
 from ..local.private import private_dirs
-from ..local.tarscan import Window
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
 from ..retry import RemoteError
@@ -175,8 +175,8 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
         return unindexed_part(etag=info.etag, size=info.size)
     try:
         with temporary_copy(client, info, scratch) as (fd, _), os.fdopen(os.dup(fd), "rb") as f:
-            members, damage = scan_members(f, info.size)
-            part = shard_part(members, damage, Window(f.fileno()).pread, Window(f.fileno()).pread)
+            members, damage = scan_arrays(f, info.size)
+            part = shard_part(members, damage, f.fileno())
     except (RemoteError, OSError) as exc:
         raise DatasetError(f"{path}: cannot index: {exc}") from exc
     part.entry.update(etag=info.etag, size=info.size)

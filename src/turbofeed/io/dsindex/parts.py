@@ -1,14 +1,18 @@
 """One shard's part of the dataset index (what its per-shard index holds, as arrays), and
 the whole index's arrays joined from the parts.
 
-A part is built from the same steps as a per-shard index (:mod:`turbofeed.io.local.index`:
+A part follows the same rules as a per-shard index (:mod:`turbofeed.io.local.index`:
 the header walk, last copy of each name, one sample per key, the image and label picked
 alike, labels parsed alike), so a table read back from the dataset index equals the one
-the per-shard path gives.
+the per-shard path gives; it applies them to arrays (:mod:`turbofeed.io.local.members`,
+:mod:`turbofeed.io.dsindex.grouping`), with no Python loop per member, and reads the
+header walk, the labels and the JPEG headers in the native extension when it is built
+(each one call without the GIL: the index's threads read shards in parallel).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +23,12 @@ from ..columns import BAD, INT, NAME, NONE
 from ...errors import DatasetError
 from ..local.compressed import codec_of
 from ..local.files import FileId
-from ..local.index import TarDamage, label_of, no_image, no_samples, sample_rows, scan_members
+from ..local.index import INLINE_LABEL_BYTES, TarDamage, label_of, no_image, no_samples
+from ..local.members import MemberArrays, numbered, numbered_slices, scan_arrays
 from ..local.tarscan import Window
+from ...decode import native
 from ...decode.probe import probe_size
+from .grouping import Samples, group
 
 
 def _none() -> np.ndarray:
@@ -60,11 +67,12 @@ class ShardPart:
     width: np.ndarray = field(default_factory=_none)
 
 
-def local_part(path: str) -> ShardPart:
+def local_part(path: str, *, use_native: bool | None = None) -> ShardPart:
     """The part of the tar shard at ``path``, with the identity of the file it read
     (:class:`~turbofeed.io.local.files.FileId`: ``dev``, ``ino``, ``size``, ``mtime_ns``,
     ``ctime_ns``; a change while it is read shows as a later ctime); a compressed one
     (told by its first bytes, as the per-shard path tells) without its samples. One open.
+    ``use_native``: read it with the native extension (None: when it is available).
 
     Raises:
         OSError: it cannot be read.
@@ -77,67 +85,123 @@ def local_part(path: str) -> ShardPart:
             compressed = True
         if compressed:
             return unindexed_part(**FileId.of(st).as_dict())
-        members, damage = scan_members(f, st.st_size)
-        part = shard_part(members, damage, Window(f.fileno()).pread, Window(f.fileno()).pread)
+        members, damage = scan_arrays(f, st.st_size, use_native=use_native)
+        part = shard_part(members, damage, f.fileno(), use_native=use_native)
     part.entry.update(FileId.of(st).as_dict())
     return part
 
 
-def shard_part(members: list[tuple[str, int, int]], damage: TarDamage | None,
-               pread: Callable[[int, int], bytes], heads: Callable[[int, int], bytes] | None = None) -> ShardPart:
-    """The part of a shard whose members :func:`scan_members` found (labels read with
-    ``pread(size, offset)``, those over 64 KiB too: the index holds parsed labels; each
-    image's first bytes, for its size, with ``heads`` (default ``pread``): a reader of its
-    own, so the labels' and the images' reads, each in file order, do not evict each
-    other's window)."""
-    problems: list[tuple[str, str]] = []
-    bad: list[list] = []
-    keys: list[bytes] = []
-    rows: dict[str, list[int]] = {name: [] for name in ("suffix", "offset", "size", "kind", "value", "member_count",
-                                                        "height", "width")}
-    cols: dict[str, list[int]] = {name: [] for name in ("member_ext", "member_offset", "member_size")}
-    suffix, offset, size, kinds, values, counts, heights, widths = rows.values()
-    m_ext, m_offset, m_size = cols.values()
-    suffixes: dict[str, int] = {}
+def shard_part(members: MemberArrays, damage: TarDamage | None, fd: int, *,
+               use_native: bool | None = None) -> ShardPart:
+    """The part of a shard whose members :func:`~turbofeed.io.local.members.scan_arrays`
+    found in the file open as ``fd``: labels read (those over 64 KiB too: the index
+    holds parsed labels), each image's size from its first bytes. What the per-shard
+    path (:func:`~turbofeed.io.local.index.sample_rows`, ``label_of``,
+    :func:`~turbofeed.decode.probe.probe_size`) gives, sample for sample, on arrays
+    (:mod:`turbofeed.io.dsindex.grouping`); with the native extension (``use_native``,
+    None: when available), the labels and the JPEG headers are read by one call each
+    without the GIL."""
+    on = native.available() if use_native is None else use_native
+    s = group(members)
+    n = len(s.key_len)
+    has_image = s.image >= 0
+    image = np.where(has_image, s.image, 0)
+    offset = np.where(has_image, members.offset[image], 0)
+    size = np.where(has_image, members.size[image], 0)
+    suffix, first = _in_order(np.where(has_image, s.raw_id[image], -1))  # -1: "", no image
+    suffixes = {("" if u < 0 else s.raw[u]): i for i, u in enumerate(first.tolist())}
+    kind, value, names, problems = _labels(members, s, has_image, fd, on)
+    member_start = np.concatenate([[0], np.cumsum(s.count)]).tolist()
+    for i in np.flatnonzero(~has_image).tolist():  # its label is not read: a bad sample's label counts for nothing
+        kind[i] = BAD
+        rows = s.rows[member_start[i]:member_start[i + 1]]
+        problems[i] = no_image({s.lower[e]: 0 for e in s.lext[rows].tolist()})
+    height, width = _sizes(fd, offset, size, has_image, on)
+    damage = no_samples(damage, len(members), n)
+    entry = {"samples": n, "members": len(s.rows), "problems": [],
+             "damage": None if damage is None else damage.as_list(),
+             "bad": [[i, problems[i]] for i in sorted(problems)]}
+    arrays = {"suffix": suffix, "offset": offset, "size": size, "kind": kind, "value": value,
+              "member_count": s.count, "height": height, "width": width, "member_ext": s.ext,
+              "member_offset": members.offset[s.rows], "member_size": members.size[s.rows]}
+    return ShardPart(entry, s.key_blob, np.asarray(s.key_len, np.int64),
+                     suffixes=suffixes, names=names, exts=s.exts,
+                     **{name: narrow(np.asarray(a, np.int64)) for name, a in arrays.items()})
+
+
+def _in_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` numbered in order of first appearance, and the distinct values in that order."""
+    ids, first = numbered(values)
+    return ids, values[first]
+
+
+def _labels(members: MemberArrays, s: Samples, has_image: np.ndarray, fd: int,
+            on: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int], dict[int, str]]:
+    """``(kind, value, names, problems)`` of the labels of the samples with an image:
+    each distinct label member parsed once (:func:`~turbofeed.io.local.index.label_of`,
+    as the per-shard path parses it: text up to 64 KiB read while indexing and decoded
+    with replacement, larger ones read as bytes)."""
+    n = len(s.key_len)
+    kind, value = np.full(n, NONE, np.int64), np.zeros(n, np.int64)
     names: dict[str, int] = {}
-    exts: dict[str, int] = {}
-    for key, image, group, label_raw in sample_rows(members, pread):
-        name, at, nbytes = ("", 0, 0) if image is None else members[image]
-        keys.append(key.encode("utf-8", "surrogateescape"))
-        suffix.append(suffixes.setdefault(name[len(key) + 1:], len(suffixes)))  # "": no image
-        offset.append(at)
-        size.append(nbytes)
-        # the image's size from its header (aspect-ratio buckets): its first bytes only
-        h, w = (0, 0) if image is None else probe_size(lambda n: (heads or pread)(n, at), nbytes)
-        heights.append(h)
-        widths.append(w)
-        kind, value = NONE, 0
-        problem: str | None
-        if image is None:  # its label is not read: a bad sample's label counts for nothing
-            kind, problem = BAD, no_image(group)
-        else:
-            label, problem = label_of(label_raw, pread)
-            if problem is not None:
-                kind = BAD
-            elif isinstance(label, str):
-                kind, value = NAME, names.setdefault(label, len(names))
-            elif label is not None:
-                kind, value = INT, label
+    problems: dict[int, str] = {}
+    read = Window(fd).pread
+    samples = np.flatnonzero(has_image & (s.label >= 0))
+    if not len(samples):
+        return kind, value, names, problems
+    member = s.label[samples]
+    at, nbytes, lext = members.offset[member], members.size[member], s.lext[member]
+    small = nbytes <= INLINE_LABEL_BYTES
+    length = nbytes[small]
+    blob = native.gather(fd, at[small], length) if on else \
+        b"".join(read(k, o) for o, k in zip(at[small].tolist(), length.tolist()))
+    if len(blob) != int(length.sum()):  # as native.gather says: the file shrank while it was read
+        raise OSError(errno.ENODATA, "the file ends before a label member it lists")
+    start = np.cumsum(length) - length
+    # each distinct (extension, text) parsed once: a dataset has a few classes, not a label per sample
+    text, _ = numbered_slices(blob, np.frombuffer(blob, np.uint8), start, length)
+    uid = np.empty(len(samples), np.int64)
+    uid[small], first = numbered(text * max(1, len(s.lower)) + lext[small])
+    parsed = [label_of([s.lower[e], blob[b:b + k].decode("utf-8", "replace")], read)
+              for e, b, k in zip(lext[small][first].tolist(), start[first].tolist(), length[first].tolist())]
+    for j in np.flatnonzero(~small).tolist():  # over 64 KiB: read as bytes, each on its own
+        uid[j] = len(parsed)
+        parsed.append(label_of([s.lower[lext[j]], None, int(at[j]), int(nbytes[j])], read))
+    ukind, uvalue = np.zeros(len(parsed), np.int64), np.zeros(len(parsed), np.int64)
+    for u in _in_order(uid)[1].tolist():  # class names numbered in sample order
+        label, problem = parsed[u]
         if problem is not None:
-            bad.append([len(keys) - 1, problem])
-        kinds.append(kind)
-        values.append(value)
-        counts.append(len(group))
-        for ext, i in group.items():
-            m_ext.append(exts.setdefault(ext, len(exts)))
-            m_offset.append(members[i][1])
-            m_size.append(members[i][2])
-    damage = no_samples(damage, len(members), len(keys))
-    entry = {"samples": len(keys), "members": len(m_ext), "problems": problems,
-             "damage": None if damage is None else damage.as_list(), "bad": bad}
-    arrays = {name: narrow(np.array(values, np.int64)) for name, values in {**rows, **cols}.items()}
-    return ShardPart(entry, b"".join(keys), np.fromiter(map(len, keys), np.int64, count=len(keys)),
-                     suffixes=suffixes, names=names, exts=exts, **arrays)
+            ukind[u] = BAD
+        elif isinstance(label, str):
+            ukind[u], uvalue[u] = NAME, names.setdefault(label, len(names))
+        elif label is not None:
+            ukind[u], uvalue[u] = INT, label
+    kind[samples], value[samples] = ukind[uid], uvalue[uid]
+    for j in np.flatnonzero(ukind[uid] == BAD).tolist():
+        problems[int(samples[j])] = parsed[uid[j]][1]
+    return kind, value, names, problems
+
+
+def _sizes(fd: int, offset: np.ndarray, size: np.ndarray, has_image: np.ndarray,
+           on: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each image's ``(height, width)`` from its header, as
+    :func:`~turbofeed.decode.probe.probe_size` gives it (0: no image, no readable header):
+    JPEGs by the extension (:func:`turbofeed.decode.native.jpeg_sizes`) when ``on``, the
+    images it does not decide by ``probe_size``."""
+    height, width = np.zeros(len(offset), np.int64), np.zeros(len(offset), np.int64)
+    images = np.flatnonzero(has_image)
+    at, nbytes = offset[images], size[images]
+    if on:
+        found = native.jpeg_sizes(fd, at, nbytes)
+        height[images], width[images] = found[:, 0], found[:, 1]
+        ask = np.flatnonzero(found[:, 2] == native.SIZE_ASK)
+    else:
+        ask = np.arange(len(images))
+    heads = Window(fd).pread  # a reader of its own: the labels' reads do not evict it
+    for j in ask.tolist():
+        where, nb = int(at[j]), int(nbytes[j])
+        height[images[j]], width[images[j]] = probe_size(lambda k: heads(k, where), nb)
+    return height, width
 
 
 def unindexed_part(**identity) -> ShardPart:

@@ -104,13 +104,20 @@ def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | No
     The sample the damage cuts through (the cut member's, or the last one before a bad
     header) is dropped whole: it may have lost members, such as its label.
     """
-    members: list[tuple[str, int, int]] = []
-    damage, cut_name = None, None
     if file_size == 0:
-        return members, TarDamage(0, "empty file (0 bytes)", cut=False)
+        return [], TarDamage(0, "empty file (0 bytes)", cut=False)
     found = fast_members(f.fileno(), file_size)  # a plain, whole shard: no tarfile needed
     if found is not None:
         return found, None
+    return tarfile_members(f, file_size)
+
+
+def tarfile_members(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+    """:func:`_scan` with ``tarfile`` alone, for a non-empty shard the fast walk does not
+    take (not plain, or damaged): it decides what the damage is."""
+    members: list[tuple[str, int, int]] = []
+    damage, cut_name = None, None
+    f.seek(0)  # tarfile reads from where the file is: offsets count from the shard's start
     try:
         tf = tarfile.open(fileobj=f, mode="r:")
     except tarfile.TarError as exc:
@@ -146,7 +153,7 @@ def _scan(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDamage | No
     return members, damage
 
 
-def _last_copies(members: list[tuple[str, int, int]]) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
+def last_copies(members: list[tuple[str, int, int]]) -> tuple[list[tuple[str, int, int]], TarDamage | None]:
     """Keep the last copy of each member name, as ``tar -x`` does (an appended tar adds a
     newer copy after the old one); say how many were superseded."""
     last = {name: i for i, (name, _, _) in enumerate(members)}
@@ -174,7 +181,7 @@ def scan_members(f, file_size: int) -> tuple[list[tuple[str, int, int]], TarDama
     """The members of the open shard ``f`` that its samples are made of (the last copy of
     each name) and its damage, if any (the first steps of every tar index)."""
     members, damage = _scan(f, file_size)
-    members, duplicates = _last_copies(members)
+    members, duplicates = last_copies(members)
     return members, damage or duplicates
 
 
