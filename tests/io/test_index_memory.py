@@ -65,7 +65,8 @@ def _truth(ds: Dataset) -> list[tuple[str, str, int]]:
 def _in_memory(ds: Dataset) -> None:
     """Every plain tar source of ``ds`` comes from a dataset index that is no file."""
     assert isinstance(ds.index, DatasetIndex) and not os.path.exists(ds.index.path)
-    assert all(isinstance(s.table.keys, StrColumn) for s in ds.sources if s.path.endswith(".tar"))  # the index's columns, not per-shard rows
+    # the index's columns, not per-shard rows
+    assert all(isinstance(s.table.keys, StrColumn) for s in ds.sources if s.path.endswith(".tar"))
 
 
 def test_index_false_builds_in_memory_and_writes_nothing(tmp_path):
@@ -180,3 +181,18 @@ def test_damaged_shards_are_reported_as_with_the_automatic_index(tmp_path):
     for where, index in ((data, False), (auto_data, None)):
         with pytest.raises(DatasetError, match="s-1.tar"):
             turbofeed.DataLoader(where, batch_size=4, num_workers=1, on_error="raise", index=index)
+
+
+def test_a_loader_over_damaged_shards_skips_as_with_the_automatic_index(tmp_path):
+    data = _damaged(tmp_path / "data")
+    auto_data = str(tmp_path / "auto")
+    shutil.copytree(data, auto_data)
+    got = []
+    for where, index in ((data, False), (auto_data, None)):
+        loader = turbofeed.DataLoader(where, batch_size=2, num_workers=1, on_error="skip", return_keys=True,
+                                      index=index)
+        got.append((sorted((k, int(y)) for _, ys, ks in loader for k, y in zip(ks, ys)),
+                    sorted(os.path.basename(p) for p in loader.stats.damaged_shards)))
+        loader.close()
+    assert got[0] == got[1] and got[0][1] == ["s-1.tar", "s-2.tar"]
+    assert len(got[0][0]) == 10  # 4, 2 before the cut, none before the bad header, 4 in the gzipped copy

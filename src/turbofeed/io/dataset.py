@@ -64,10 +64,11 @@ class Dataset:
             no index there describes every shard as it is now (reading only the shards
             changed or added; written for the next loaders, under a lock so one process of
             a node builds it: :mod:`turbofeed.io.dsindex.auto`); a path or ``s3://`` URL
-            names it (used as it is); False builds the index of the local tar shards in memory, by the same
-            reads (no index looked for or used, nothing written: no file, lock or cache
-            folder; ``s3://`` shards are then indexed one by one). Shards it describes as they are now are built from it (one ``stat``
-            per local shard, no read; ``s3://``: the listing's ETags, no GET of shard
+            names it (used as it is); False builds the index of the local tar shards in
+            memory, by the same reads (no index looked for or used, nothing written: no
+            file, lock or cache folder; ``s3://`` shards are then indexed one by one).
+            Shards it describes as they are now are built from it (one ``stat`` per
+            local shard, no read; ``s3://``: the listing's ETags, no GET of shard
             bytes); the others are indexed on their own, with one warning. An index that
             fails its checksum or count checks, is of an older format, or sits in the
             cache where others could have written it is not used at all (one warning;
