@@ -19,8 +19,7 @@ shards' pages first (``posix_fadvise(DONTNEED)`` on those files only). Rows:
 - 8 processes started together with no index (as torchrun starts the ranks of a node):
   how many built it, the time until the last one has its dataset, and the memory each
   holds (RSS and PSS, the index's pages shared between them, measured while all 8 live);
-- ``index=False``: every shard indexed in memory, nothing written (the only path without
-  the index now);
+- ``index=False``: the same index built in memory, nothing looked for or written;
 - for comparison, ``turbofeed index DATA`` (a fresh process, imports included).
 
 The rows go into the ``autoindex`` block of bench/RESULTS.md ("Automatic dataset index

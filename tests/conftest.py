@@ -146,3 +146,15 @@ def array_dataset(fixed_images, tmp_path_factory):
         return path
 
     return build
+
+
+@pytest.fixture
+def per_shard(monkeypatch):
+    """In this test, ``index=False`` indexes every local tar shard on its own: the per-shard
+    path (kept for compressed shards, ``s3://`` shards without an index and shards changed
+    during a pass), which the dataset index must equal sample for sample. It has no public
+    switch any more (``index=False`` builds the dataset index in memory), so the test makes
+    that in-memory build find nothing to build, as for data without local tar shards."""
+    import turbofeed.io.dataset as dataset_module  # noqa: PLC0415: only where asked
+
+    monkeypatch.setattr(dataset_module, "memory_index", lambda *args, **kwargs: None)

@@ -272,10 +272,14 @@ def _late_header_jpeg(h: int, w: int, seed: int) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("index", [None, False])
-def test_sizes_behind_a_large_header_and_without_the_index(tmp_path, index):
-    """Sizes come from the index (index=None) or are read when the loader starts
-    (index=False: per-shard tables); a header past the first read is found either way."""
+@pytest.mark.parametrize("index", [None, False, "per-shard"])
+def test_sizes_behind_a_large_header_and_without_the_index(tmp_path, request, index):
+    """Sizes come from the index (index=None, or built in memory: index=False) or are read
+    when the loader starts (per-shard tables, as for compressed shards); a header past the
+    first read is found either way."""
+    if index == "per-shard":
+        request.getfixturevalue("per_shard")
+        index = False
     folder = tmp_path / "d"
     folder.mkdir()
     members, truth = [], {}
@@ -286,7 +290,7 @@ def test_sizes_behind_a_large_header_and_without_the_index(tmp_path, index):
         truth[f"shard-0.tar/{i:05d}"] = (h, w)
     write_tar(str(folder / "shard-0.tar"), members)
     loader = _loader(str(folder), batch_size=2, index=index)
-    assert (loader.dataset.index is None) == (index is False)
+    assert (loader.dataset.index is None) == (request.node.callspec.params["index"] == "per-shard")
     batches = _epoch(loader)
     for shape, keys in batches:
         assert {BUCKETS[_bucket_of(*truth[k])] for k in keys} == {shape[2:]}

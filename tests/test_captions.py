@@ -123,7 +123,7 @@ def test_txt_class_names_with_classes_are_labels(tmp_path, caplog):
     loader.close()
 
 
-def test_the_dataset_index_gives_the_same_unlabelled_samples(tmp_path, caplog):
+def test_the_dataset_index_gives_the_same_unlabelled_samples(tmp_path, caplog, per_shard):
     data = tmp_path / "laion"
     data.mkdir()
     _laion(data / "laion-00000.tar")

@@ -104,7 +104,7 @@ class Dataset:
         decoders: ``{ext: fn(bytes)}`` overriding how a field's member is decoded (with ``fields``).
         index: the dataset index written by ``turbofeed index DATA``: None (default) finds
             it next to the data or in the index cache; a path or ``s3://`` URL names one;
-            False indexes every shard on its own (see docs/index.md).
+            False builds it in memory and writes nothing (see docs/index.md).
         streaming: read the shards block by block (docs/streaming.md); None (default):
             when the ``s3://`` shards exceed the node cache.
 

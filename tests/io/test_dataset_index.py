@@ -1,7 +1,8 @@
 """io.dsindex: the compact dataset index (`turbofeed index DATA`) against the per-shard path.
 
 Every comparison builds the same data twice, ``Dataset(data)`` (from the index) and
-``Dataset(data, index=False)`` (each shard indexed on its own), and requires the same
+``Dataset(data, index=False)`` with the ``per_shard`` fixture (each shard indexed on its
+own, as compressed shards still are), and requires the same
 samples, labels, class names, member reads, problems and damage reports.
 """
 
@@ -84,7 +85,7 @@ def _same(a: Dataset, b: Dataset) -> None:
             assert a.read_member(g, ext) == b.read_member(g, ext)
 
 
-def test_tables_labels_and_reads_equal_the_per_shard_path(tmp_path, caplog):
+def test_tables_labels_and_reads_equal_the_per_shard_path(tmp_path, caplog, per_shard):
     data = _int_labelled(tmp_path / "data")
     done = build_index(data, cache_dir=str(tmp_path / "cache"), progress=False)
     assert done.path == os.path.join(data, INDEX_NAME) and done.shards == 8 and done.unindexed == 2
@@ -105,7 +106,7 @@ def test_tables_labels_and_reads_equal_the_per_shard_path(tmp_path, caplog):
     _same(Dataset(data, classes=names), Dataset(data, classes=names, index=False))
 
 
-def test_damage_raises_and_label_errors_read_the_same(tmp_path):
+def test_damage_raises_and_label_errors_read_the_same(tmp_path, per_shard):
     data = _int_labelled(tmp_path / "data")
     build_index(data, progress=False)
     errors = []
@@ -121,7 +122,7 @@ def test_damage_raises_and_label_errors_read_the_same(tmp_path):
     assert "labels not among the 2 classes given" in errors[1]
 
 
-def test_class_names_and_mixed_labels(tmp_path):
+def test_class_names_and_mixed_labels(tmp_path, per_shard):
     data = tmp_path / "names"
     data.mkdir()
     for s, names in enumerate([["cat", "dog"], ["emu", "cat"]]):
@@ -142,7 +143,7 @@ def test_class_names_and_mixed_labels(tmp_path):
     assert messages[0] == messages[1]
 
 
-def test_fields_of_laion_shards_equal_the_per_shard_path(laion_shards, tmp_path):
+def test_fields_of_laion_shards_equal_the_per_shard_path(laion_shards, tmp_path, per_shard):
     paths, _ = laion_shards
     build_index(paths, progress=False)  # a list: written to the index cache
     a, b = Dataset(paths, labels=False), Dataset(paths, labels=False, index=False)
@@ -150,7 +151,7 @@ def test_fields_of_laion_shards_equal_the_per_shard_path(laion_shards, tmp_path)
     assert a.index.path.startswith(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "dataset-index"))
 
 
-def test_the_loader_builds_no_per_shard_index(tmp_path, monkeypatch):
+def test_the_loader_builds_no_per_shard_index(tmp_path, monkeypatch, per_shard):
     data = _int_labelled(tmp_path / "data")
     os.remove(f"{data}/s-006.tar.gz")  # compressed shards are always indexed on their own
     os.remove(f"{data}/s-007.tar")

@@ -228,7 +228,7 @@ def test_index_false_writes_nothing(tmp_path):
     data = _data(tmp_path / "data")
     cache = tmp_path / "cache"
     ds = Dataset(data, cache_dir=str(cache), index=False)
-    assert ds.index is None and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
+    assert not os.path.exists(ds.index.path) and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     assert not cache.exists() and sorted(os.listdir(data)) == ["s-0.tar", "s-1.tar", "s-2.tar"]
 
 
@@ -262,7 +262,7 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
     out = str(tmp_path / "elsewhere" / "my.index")
     assert build_index(data, out=out, progress=False).path == out
     if front == "DataLoader":
-        assert Dataset(data, index=False).index is None
+        assert not os.path.exists(Dataset(data, index=False).index.path)  # built in memory, out not used
         assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
         loader = turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=out)
         assert loader.dataset.index.path == out
@@ -274,7 +274,7 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
         got = [(s.key, s.label) for s in pipe.next_batch(12)]
         pipe.stop()
         assert got == _expected(("a", 1), ("b", 2), ("c", 3))
-        assert turbofeed.Pipeline(data, num_workers=1, index=False).dataset.index is None
+        assert not os.path.exists(turbofeed.Pipeline(data, num_workers=1, index=False).dataset.index.path)
 
 
 def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, caplog):

@@ -14,6 +14,7 @@ from .._deps import tqdm
 from ..engine.executor import Executor, result_or_closed
 from ..errors import DatasetError
 from .arrays.common import parse_options
+from .dsindex.auto import memory_index
 from .dsindex.find import find_index
 from .fingerprint import data_print
 from .labels import label_ids
@@ -63,9 +64,11 @@ class Dataset:
             no index there describes every shard as it is now (reading only the shards
             changed or added; written for the next loaders, under a lock so one process of
             a node builds it: :mod:`turbofeed.io.dsindex.auto`); a path or ``s3://`` URL
-            names it (used as it is); False indexes every shard in memory and writes
-            nothing. Shards it describes as they are now are built from it (one ``stat``
-            per local shard, no read; ``s3://``: the listing's ETags, no GET of shard
+            names it (used as it is); False builds the index of the local tar shards in
+            memory, by the same reads (no index looked for or used, nothing written: no
+            file, lock or cache folder; ``s3://`` shards are then indexed one by one).
+            Shards it describes as they are now are built from it (one ``stat`` per
+            local shard, no read; ``s3://``: the listing's ETags, no GET of shard
             bytes); the others are indexed on their own, with one warning. An index that
             fails its checksum or count checks, is of an older format, or sits in the
             cache where others could have written it is not used at all (one warning;
@@ -92,7 +95,9 @@ class Dataset:
                               format_options=format_options, s3=s3, classes=self.classes, labels=labels)
         self.s3: S3Shards | None = self._opener.shards
         self.index: DatasetIndex | None = None
-        if index is not False:
+        if index is False:  # the same index, built in memory: nothing looked up, nothing written
+            self.index = memory_index(spec, located)
+        else:
             named = None if index is None or index is True else os.fspath(index)
             self.index = find_index(spec, located, index=named, cache_dir=cache_dir, s3=s3)
         self.sources: list[Source] = self._open_all(located)

@@ -2,8 +2,8 @@
 
 Tar shards described by the dataset index (:mod:`turbofeed.io.dsindex`) have them
 already: the index reads each image's header when it reads the shard. Other local
-sources (image folders, shards the index does not describe: compressed ones, or
-``index=False``, HDF5/Zarr/.npy/Parquet/TFRecord) are probed here, once, when a loader
+sources (image folders, shards the index does not describe: compressed ones,
+HDF5/Zarr/.npy/Parquet/TFRecord) are probed here, once, when a loader
 with buckets is built: each image's first bytes read
 (:meth:`~turbofeed.io.source.Source.head`) and its header parsed (no pixel decoded), one
 info line saying how many. ``s3://`` shards without an index are refused (probing them

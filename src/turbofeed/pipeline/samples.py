@@ -160,7 +160,8 @@ class Pipeline:
             cache, and for local tar shards builds it (or the shards changed since) when
             missing, written for the next loaders; a path or ``s3://`` URL names one
             written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False indexes every shard in memory and writes nothing. A
+            none there); False builds the index in memory for this process, by the same reads,
+            and looks for, uses and writes no index file. A
             damaged or untrusted index is not used (one warning); see docs/index.md.
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,

@@ -11,13 +11,14 @@ indexed; ``turbofeed index DATA`` writes it ahead of time, and for ``s3://`` dat
 
 Modules: :mod:`.fileformat` (the file), :mod:`.parts` (one shard's arrays, the whole
 index's), :mod:`.build` (``turbofeed index``), :mod:`.auto` and :mod:`.lock` (built by
-loaders), :mod:`.where` (where it is written and looked up), :mod:`.find`, :mod:`.load`
-(a mapped index and its sources).
+loaders; in memory for ``index=False``: :func:`memory_index`), :mod:`.where` (where it is
+written and looked up), :mod:`.find`, :mod:`.load` (a mapped index and its sources).
 """
 
 from ..paths import INDEX_NAME
+from .auto import memory_index
 from .build import IndexSummary, build_index
 from .find import find_index, open_index
 from .load import DatasetIndex
 
-__all__ = ["DatasetIndex", "INDEX_NAME", "IndexSummary", "build_index", "find_index", "open_index"]
+__all__ = ["DatasetIndex", "INDEX_NAME", "IndexSummary", "build_index", "find_index", "memory_index", "open_index"]

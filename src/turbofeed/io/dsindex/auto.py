@@ -18,6 +18,9 @@ parallel, a progress bar on a terminal) and writes it where ``turbofeed index`` 
   another builder ran out. The index is then built in memory for this process only
   (one warning says why, except for the wait, whose warning the lock gives).
 
+``index=False`` (:func:`memory_index`) builds the same index in memory for this process
+only: no index is looked for, none is written, no lock or cache folder is touched.
+
 Small datasets are indexed the same way: a handful of shards costs milliseconds, and
 one code path serves every size. ``s3://`` shards are not (building would download every
 shard): ``turbofeed index PREFIX`` writes their index.
@@ -82,6 +85,24 @@ def auto_index(spec: PathSpec, located: Sequence[tuple[str, str]], found: Datase
         if remove_temporaries(target):
             log.info("turbofeed: removed what a killed build of %s left", target)
         return _build(spec, shards, found, target, progress)
+
+
+def memory_index(spec: PathSpec, located: Sequence[tuple[str, str]], *,
+                 progress: bool | None = None) -> DatasetIndex | None:
+    """``index=False``: the index of the local tar shards of ``located``, built in memory
+    for this process by the same reads as :func:`auto_index` (every shard read once, in
+    parallel), but without looking for an index (one next to the data or in the cache is
+    not used) and writing nothing (no index, lock or cache folder). None when there are
+    no local tar shards or there are ``s3://`` ones (those are indexed shard by shard, as
+    without an index: building would download every shard).
+
+    Raises:
+        DatasetError: a shard cannot be read.
+    """
+    if any(kind == "s3" for kind, _ in located):
+        return None
+    shards = [(kind, path) for kind, path in located if kind == "tar"]
+    return _build(spec, shards, None, None, progress) if shards else None
 
 
 def _no_home(target: str, cached: bool) -> str | None:
