@@ -277,3 +277,17 @@ def test_unexpected_exceptions_are_one_line_too(monkeypatch, capsys):
     monkeypatch.setenv("TURBOFEED_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         cli.main(["inspect", "x"])
+
+
+def test_inspect_names_an_index_built_in_memory_as_such(made, tmp_path):
+    """A pattern's index goes to the index cache; a cache others can write is not believed,
+    so the index is built in memory, and inspect says so instead of naming a file."""
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    env = {**os.environ, "TURBOFEED_CACHE_DIR": str(cache)}
+    done = run_cli("inspect", os.path.join(made, "shard-*.tar"), "--json", "--probe", "0", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["samples"] == 24 and report["dataset_index"] == "(built in memory)", report
+    assert "indexing the shards in memory" in done.stderr

@@ -126,7 +126,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = {
         "samples": ds.num_samples,
         "sources": len(ds.sources),
-        "dataset_index": None if ds.index is None else ds.index.origin,
+        "dataset_index": None if ds.index is None else ds.index.path if ds.index.in_memory else ds.index.origin,
         "classes": len(per_class),
         "class_names": ds.class_names[:10] if ds.class_names else None,
         "samples_per_class": {"min": min(per_class.values()), "max": max(per_class.values())}

@@ -70,6 +70,8 @@ class DatasetIndex:
                  loaded: tuple[dict, dict[str, np.ndarray]] | None = None) -> None:
         self.path = path
         self.origin = origin or path
+        #: built in memory for this process and written nowhere (``path`` only names it)
+        self.in_memory = loaded is not None
         self.header, self.arrays = read_index(path) if loaded is None else loaded
         self.shards: list[dict] = self.header["shards"]
         counts = np.array([s["samples"] for s in self.shards], np.int64)
