@@ -36,3 +36,27 @@ def test_group_marks_a_sample_without_image_or_label_with_minus_one(tmp_path):
     # IMAGE_EXTENSIONS, and the order of that tuple decides, not the members' order
     assert s.image.tolist() == [0, -1, 5, -1]
     assert s.label.tolist() == [1, 2, 4, -1]  # b's caption is its label member (.txt), d has none
+
+
+def test_split_of_names_starting_with_a_dot_equals_split_key(tmp_path):
+    """``MemberArrays.split`` against :func:`turbofeed.io.table.split_key`, name by name, on a
+    real tar whose first member's name starts with a dot and has no slash (its key is empty:
+    the search for the dot starts at the name's first byte), then dots after slashes."""
+    from turbofeed.io.table import split_key
+
+    names = [".jpg", ".cls", "a.b.jpg", "d.x/.hidden.png", "d.x/noext", "e/f.", ".x.y"]
+    path = tmp_path / "dots.tar"
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    with open(path, "rb") as f:
+        arrays, _ = scan_arrays(f, path.stat().st_size)
+    s = arrays.split
+    blob = np.frombuffer(arrays.names, np.uint8)
+    starts = np.concatenate([[0], arrays.name_end[:-1]])
+    for i, name in enumerate(names):
+        key, ext = split_key(name)
+        got_key = bytes(blob[starts[i]:starts[i] + s.key_len[i]]).decode()
+        assert (got_key, s.raw[s.raw_id[i]].decode().lower()) == (key, ext), name
