@@ -60,3 +60,25 @@ def test_split_of_names_starting_with_a_dot_equals_split_key(tmp_path):
         key, ext = split_key(name)
         got_key = bytes(blob[starts[i]:starts[i] + s.key_len[i]]).decode()
         assert (got_key, s.raw[s.raw_id[i]].decode().lower()) == (key, ext), name
+
+
+def test_split_of_names_longer_than_the_matrix_width_equals_split_key(tmp_path):
+    """Keys over 512 bytes (pax names: any length) are numbered with a dict, not the padded
+    matrix: the same keys, samples and extensions as :func:`turbofeed.io.table.split_key`."""
+    from turbofeed.io.table import split_key
+
+    long = "k" * 600
+    names = [f"{long}.jpg", "short.jpg", f"{long}.cls", f"d/{long}x.png", "short.cls"]
+    path = tmp_path / "pax.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    with open(path, "rb") as f:
+        arrays, _ = scan_arrays(f, path.stat().st_size)
+    s = arrays.split
+    assert s.key_id.tolist() == [0, 1, 0, 2, 1] and s.key_first.tolist() == [0, 1, 3]
+    assert [split_key(n)[0] for n in names] == [long, "short", long, f"d/{long}x", "short"]
+    assert [s.raw[i].decode() for i in s.raw_id] == ["jpg", "jpg", "cls", "png", "cls"]
+    assert group(arrays).count.tolist() == [2, 2, 1]
