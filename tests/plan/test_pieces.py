@@ -217,3 +217,55 @@ def test_the_start_warning_counts_the_shards_that_pieces_mix(caplog):
         warn_low_diversity(cut.shard_bytes, cache // 2, nodes=1, canonical=1, units=cut.pieces.nbytes)
     [record] = caplog.records
     assert "each piece of a shard is held" in record.message
+
+
+def test_holding_answers_none_for_a_shard_past_the_last_and_bytes_across_pieces():
+    """``holding`` is asked by the fetch stage for every member read: a shard number the
+    pieces do not know (one past the last) and a read that crosses a cut are None."""
+    sizes = np.array([250, 250])
+    spans = spans_of(sizes)
+    nbytes = np.asarray([int(hi[-1]) for _, hi in spans], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    p = cut_pieces(starts, nbytes, spans, 8 << 20, 64)
+    assert len(p) == 4 and not p.whole.any()
+    assert p.holding(2, 0, 1) is None and p.holding(5, 0, 1) is None
+    cut = int(p.lo[1])  # the first byte of shard 0's second piece
+    assert p.holding(0, cut - 10, 20) is None  # straddles the cut
+    assert p.holding(0, cut, 20) == 1 and p.holding(1, 0, 1) is None  # before shard 1's first sample
+
+
+def test_pieces_are_frozen():
+    """``holding`` reads lists copied from the arrays once: the object must not change after."""
+    import dataclasses
+
+    p = Pieces.whole_shards(np.array([0, 3, 5]), [100, 200])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.lo = np.array([1, 1])  # type: ignore[misc]
+
+
+def test_cut_shard_of_a_shard_too_small_for_two_pieces_is_the_whole_shard():
+    lo = np.arange(0, 100 * 1024, 1024, dtype=np.int64)
+    hi = lo + 1000
+    assert cut_shard(lo, hi, 100 * 1024, 8 << 20, 64).tolist() == [0, 100]  # fewer bytes than two pieces
+    assert cut_shard(lo, hi, 100 * 1024, 16 << 10, 64).tolist() == [0, 100]  # fewer samples than two pieces
+    # 6 pieces: a cut at the first sample starting at or past j/6 of the 102,376 bytes
+    # (17,062 34,125 51,188 68,250 85,313): samples start every 1,024 bytes
+    assert cut_shard(lo, hi, 100 * 1024, 16 << 10, 16).tolist() == [0, 17, 34, 50, 67, 84, 100]
+
+
+def test_split_visits_keeps_the_visits_of_whole_pieces():
+    """Whole pieces (one per shard) give the visits back as they were, the same object, and an
+    empty shard's visit with them: the draws made from the visits stay those of whole shards."""
+    sizes = np.array([5, 0, 7, 3])
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    visits = EpochDraw(shard_sizes=sizes).visits(seed=0, epoch=0)
+    whole = Pieces.whole_shards(starts, sizes * 1000)
+    assert split_visits(visits, whole) is visits
+    cut = Pieces(starts=np.array([0, 2, 5, 5, 12, 15]), shard=np.array([0, 0, 1, 2, 3]),
+                 lo=np.array([0, 2000, 0, 0, 0]), hi=np.array([2000, 5000, 0, 7000, 3000]),
+                 whole=np.array([False, False, True, True, True]))
+    split = split_visits(visits, cut)
+    assert np.array_equal(split.ids, visits.ids)
+    for v in range(len(split.shard)):  # each visit's ids lie in its piece
+        ids = split.ids[split.start[v]:split.start[v + 1]]
+        assert ((ids >= cut.starts[split.shard[v]]) & (ids < cut.starts[split.shard[v] + 1])).all()

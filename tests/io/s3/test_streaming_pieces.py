@@ -201,3 +201,105 @@ def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, d
     assert dl.dataset.storage_stats()["cache_misses"] == before
     assert peak <= cache6.cache_max_bytes + int(dl.stream_layout.pieces.nbytes.max()), (peak, cache6.cache_max_bytes)
     dl.close()
+
+
+# A training process of one epoch of pieces: after each batch it saves, in one atomic
+# replace, the loader's state_dict with the keys delivered so far (a checkpoint), then
+# sleeps a little so that the test can kill it mid-epoch. argv: the test dirs, the
+# endpoint, the cache's bound and dir, the checkpoint's path, and "resume" to start from it.
+_TRAINER = r"""
+import os, pickle, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from builders import FAST_RETRY, keys_of
+import turbofeed
+from turbofeed.engine import layout
+from turbofeed.io.s3.config import S3Config
+layout.PIECE_MIN_BYTES, layout.PIECE_MIN_SAMPLES = 16 << 10, 16  # as the fixture cache6
+endpoint, bound, cache_dir, ckpt, mode = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
+config = S3Config(endpoint_url=endpoint, access_key_id="test", secret_access_key="test",
+                  cache_max_bytes=bound, retry=FAST_RETRY)
+dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, s3=config, cache_dir=cache_dir,
+                          return_keys=True, on_error="raise",
+                          transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
+assert dl.stream_layout.pieces is not None and not dl.stream_layout.pieces.whole.any()
+done = []
+if mode == "resume":
+    with open(ckpt, "rb") as f:
+        saved = pickle.load(f)
+    dl.load_state_dict(saved["state"])
+    done = saved["keys"]
+for batch in dl:
+    done = done + keys_of([batch])
+    state = dl.state_dict()
+    assert state["piece_bytes"] > 0
+    with open(ckpt + ".tmp", "wb") as f:
+        pickle.dump({"state": state, "keys": done, "steps": len(done) // 16}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.03 if mode == "first" else 0)
+print("EPOCH DONE", flush=True)
+"""
+
+
+def test_a_process_killed_mid_epoch_resumes_from_its_checkpoint_and_delivers_each_sample_once(
+        cache6, data, tmp_path, server):
+    """A real child process streams an epoch of pieces, checkpointing after every batch; it
+    is killed with SIGKILL mid-epoch (no handler, no cleanup: its node cache keeps whatever
+    pieces, temporary files and locks it held); a new process on the same node cache loads the
+    last checkpoint and finishes the epoch. The checkpointed keys and the new process's give
+    every sample exactly once."""
+    import os
+    import pickle
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tests_dir = str(Path(__file__).resolve().parents[2])
+    src = str(Path(turbofeed.__file__).resolve().parents[1])
+    ckpt, cache_dir = str(tmp_path / "ckpt.pkl"), str(tmp_path / "node-cache")
+
+    def start(mode: str) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+        return subprocess.Popen([sys.executable, "-c", _TRAINER, tests_dir, src, server.endpoint,
+                                 str(cache6.cache_max_bytes), cache_dir, ckpt, mode, PREFIX],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    total_steps = SHARDS * PER_SHARD // BATCH
+    first = start("first")
+    try:
+        deadline = time.monotonic() + 120
+        steps = 0
+        while steps < total_steps // 3:  # a third of the epoch checkpointed
+            assert first.poll() is None, first.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the first process made no progress"
+            time.sleep(0.02)
+            if os.path.exists(ckpt):
+                with open(ckpt, "rb") as f:
+                    steps = pickle.load(f)["steps"]
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(30)
+    assert first.returncode == -signal.SIGKILL
+    with open(ckpt, "rb") as f:
+        saved = pickle.load(f)
+    assert total_steps // 3 <= saved["steps"] < total_steps  # killed mid-epoch
+    before = list(saved["keys"])
+    second = start("resume")
+    try:
+        out, _ = second.communicate(timeout=180)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(30)
+    assert second.returncode == 0 and "EPOCH DONE" in out, out[-3000:]
+    with open(ckpt, "rb") as f:
+        final = pickle.load(f)["keys"]
+    assert final[:len(before)] == before
+    assert Counter(final) == Counter(data["keys"])  # every sample exactly once over both processes
+    assert len(final) - len(before) > 0
