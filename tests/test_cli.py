@@ -279,9 +279,11 @@ def test_unexpected_exceptions_are_one_line_too(monkeypatch, capsys):
         cli.main(["inspect", "x"])
 
 
-def test_inspect_names_an_index_built_in_memory_as_such(made, tmp_path):
+def test_inspect_names_an_index_built_in_memory_as_such(tmp_path):
     """A pattern's index goes to the index cache; a cache others can write is not believed,
     so the index is built in memory, and inspect says so instead of naming a file."""
+    made = str(tmp_path / "ds")  # its own data: no index beside it from another test
+    assert run_cli("make-dataset", made, "--count", "24", "--per-shard", "10", "--classes", "3").returncode == 0
     cache = tmp_path / "shared-cache"
     cache.mkdir()
     os.chmod(cache, 0o777)

@@ -66,7 +66,7 @@ def test_a_label_changed_in_place_with_the_same_size_is_other_data(tmp_path):
         turbofeed.DataLoader(relabelled, **options()).load_state_dict(saved_after(data, 2))
 
 
-def test_the_same_data_copied_elsewhere_resumes_exactly_with_or_without_the_dataset_index(tmp_path):
+def test_the_same_data_copied_elsewhere_resumes_exactly_with_or_without_the_dataset_index(tmp_path, per_shard):
     data = write_data(tmp_path / "here")
     full = turbofeed.DataLoader(data, **options())
     expected = [(y.tolist(), keys) for _, y, keys in full][5:]
