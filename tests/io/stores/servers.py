@@ -66,6 +66,40 @@ def tracked_handler(owner: Any) -> type[BaseHTTPRequestHandler]:
 
     return Handler
 
+
+def serve(port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1:``port``, serving ``handler`` from a daemon thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_serving(server: ThreadingHTTPServer | None, open_conns: set[socket.socket]) -> None:
+    """Stop ``server`` (None: stopped already) and cut the keep-alive connections its
+    :func:`tracked_handler` recorded, so that no client waits on one."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+    for conn in list(open_conns):
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    open_conns.clear()
+
+
+def end_process(proc: subprocess.Popen | None) -> None:
+    """Terminate an emulator's process (None: ended already), killing it after 10 s."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
 class RangeHTTPServer:
     """Serves ``files`` (path -> bytes) over HTTP/1.1 with ``Range``, ``ETag`` (the content's
     digest), ``If-Match`` (412 on another version) and ``HEAD``; ``stop()``/``start()`` on
@@ -132,21 +166,11 @@ class RangeHTTPServer:
                 if body:
                     self.wfile.write(data[start:end])
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve(self.port, Handler)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        for conn in list(self._open):
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._open.clear()
+        stop_serving(self._server, self._open)
+        self._server = None
 
     def close(self) -> None:
         self.stop()
@@ -176,9 +200,7 @@ class GCSEmulator:
         self.requests = 0
         self._open: set[socket.socket] = set()
         self.port = free_port()
-        self._front = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self._front.daemon_threads = True
-        threading.Thread(target=self._front.serve_forever, daemon=True).start()
+        self._front: ThreadingHTTPServer | None = serve(self.port, self._handler())
 
     @property
     def endpoint(self) -> str:
@@ -281,23 +303,10 @@ class GCSEmulator:
         return Handler
 
     def stop(self) -> None:
-        if self._front is not None:
-            self._front.shutdown()
-            self._front.server_close()
-            self._front = None
-        for conn in list(self._open):
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        stop_serving(self._front, self._open)
+        self._front = None
+        end_process(self._proc)
+        self._proc = None
 
     close = stop
 
@@ -343,13 +352,7 @@ class Azurite:
         urllib.request.urlopen(req, timeout=10).read()
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        end_process(self._proc)
+        self._proc = None
 
     close = stop
