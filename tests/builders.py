@@ -92,6 +92,23 @@ def keys_of(batches) -> list[str]:
     return [k.rsplit("/", 1)[-1] for batch in batches for k in batch[2]]
 
 
+def keys_in_threads(loaders, timeout: float = 120.0) -> list[list[str]]:
+    """Each loader's epoch of keys (:func:`keys_of`), the loaders iterated at once, one
+    thread each (ranks of one node sharing a process's client and node cache)."""
+    out: dict[int, list[str]] = {}
+
+    def run(r: int) -> None:
+        out[r] = keys_of(loaders[r])
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(loaders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert len(out) == len(loaders), f"{len(loaders) - len(out)} loader(s) did not end in {timeout} s"
+    return [out[r] for r in range(len(loaders))]
+
+
 class CacheWatch:
     """The largest number of bytes under a node cache's object and tmp folders, sampled
     every 5 ms by a thread from construction to :meth:`stop`."""

@@ -5,11 +5,10 @@ downloaded once, the cache within its bound, exact and elastic resume."""
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
 
 import pytest
-from builders import FAST_RETRY, CacheWatch, keys_of, upload_shards
+from builders import FAST_RETRY, CacheWatch, keys_in_threads, keys_of, upload_shards
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
@@ -158,16 +157,7 @@ def test_ranks_of_a_node_share_its_downloads(config, data, tmp_path, monkeypatch
     for dl in dls:
         dl.dataset.storage_stats()
     base = sum(dl.dataset.storage_stats()["shards_downloaded"] for dl in dls)
-    out: dict[int, list[str]] = {}
-
-    def run(r: int) -> None:
-        out[r] = keys_of(dls[r])
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    out = keys_in_threads(dls)
     assert Counter(out[0] + out[1]) == Counter(data["keys"])
     # the client (and its counters) is shared by the two loaders of this process
     downloaded = dls[0].dataset.storage_stats()["shards_downloaded"] - base // 2

@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from builders import FAST_RETRY, CacheWatch, keys_of, upload_shards
+from builders import FAST_RETRY, CacheWatch, keys_in_threads, keys_of, upload_shards
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
@@ -140,22 +140,11 @@ def test_an_object_replaced_mid_epoch_raises_a_storage_error(cache6, data, tmp_p
 
 
 def test_the_ranks_of_a_node_share_its_pieces(cache6, data, tmp_path, monkeypatch):
-    import threading
-
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # one node, two ranks, one cache
     dls = [loader(cache6, tmp_path, rank=r, world_size=2) for r in range(2)]
     pieces = len(dls[0].stream_layout.pieces)
     base = dls[0].dataset.storage_stats()["pieces_downloaded"]  # one client, shared by both
-    out: dict[int, list[str]] = {}
-
-    def run(r: int) -> None:
-        out[r] = keys_of(dls[r])
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    out = keys_in_threads(dls)
     assert Counter(out[0] + out[1]) == Counter(data["keys"])
     downloaded = dls[0].dataset.storage_stats()["pieces_downloaded"] - base
     # each piece once for the node (a piece that found no room while the other rank held the
