@@ -69,12 +69,18 @@ def build_lock(target: str, wait: float | None = None) -> Iterator[bool]:
         os.close(fd)
 
 
-def _acquire(fd: int, target: str, wait: float) -> bool:
+def _try_lock(fd: int) -> bool:
+    """Take the lock on ``fd`` if no other process holds it, without waiting."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
-        pass
+        return False
+
+
+def _acquire(fd: int, target: str, wait: float) -> bool:
+    if _try_lock(fd):
+        return True
     started = time.monotonic()
     log.info("turbofeed: another process is building the dataset index %s; waiting for it (up to %.1f s)",
              target, wait)
@@ -82,11 +88,8 @@ def _acquire(fd: int, target: str, wait: float) -> bool:
     while True:
         time.sleep(pause)
         pause = min(0.2, pause * 2)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _try_lock(fd):
             return True
-        except BlockingIOError:
-            pass
         now = time.monotonic()
         if now - started >= wait:
             log.warning("turbofeed: waited %.1f s for another process building the dataset index %s "
