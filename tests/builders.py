@@ -38,10 +38,11 @@ def small_jpeg(seed: int, size: int = 32) -> bytes:
     return encode(Image.fromarray(np.repeat(np.repeat(cells, 8, 0), 8, 1)), quality=90)
 
 
-def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    """A plain (ustar) tar of the ``(name, payload)`` members, in order."""
+def tar_bytes(members: list[tuple[str, bytes]], format: int = tarfile.USTAR_FORMAT) -> bytes:
+    """A tar of the ``(name, payload)`` members, in order: plain (ustar) unless ``format``
+    says otherwise (``tarfile.PAX_FORMAT`` for names of any length)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=format) as tar:
         for name, payload in members:
             info = tarfile.TarInfo(name)
             info.size = len(payload)
@@ -49,10 +50,10 @@ def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def write_tar(path: str, members: list[tuple[str, bytes]]) -> str:
+def write_tar(path: str, members: list[tuple[str, bytes]], format: int = tarfile.USTAR_FORMAT) -> str:
     """Write :func:`tar_bytes` of ``members`` to ``path``; returns ``path``."""
     with open(path, "wb") as f:
-        f.write(tar_bytes(members))
+        f.write(tar_bytes(members, format))
     return str(path)
 
 

@@ -4,28 +4,27 @@ marker), as ``turbofeed.io.table``'s per-sample rules give them."""
 
 from __future__ import annotations
 
-import io
+import os
 import tarfile
 
 import numpy as np
-from builders import small_jpeg
+from builders import small_jpeg, write_tar
 
 from turbofeed.io.dsindex.grouping import group
-from turbofeed.io.local.members import scan_arrays
+from turbofeed.io.local.members import MemberArrays, scan_arrays
+
+
+def _scanned(path: str) -> tuple[MemberArrays, object]:
+    """:func:`scan_arrays` of the tar at ``path``: its members and damage."""
+    with open(path, "rb") as f:
+        return scan_arrays(f, os.fstat(f.fileno()).st_size)
 
 
 def test_group_marks_a_sample_without_image_or_label_with_minus_one(tmp_path):
     members = [("a.jpg", small_jpeg(1)), ("a.cls", b"3"), ("b.txt", b"a caption, no image"),
                ("c.PNG", b"not decoded here"), ("c.json", b'{"label": 1}'), ("c.jpg", small_jpeg(2)),
                ("d.npy", b"neither")]
-    path = tmp_path / "shard.tar"
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, payload in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    with open(path, "rb") as f:
-        arrays, damage = scan_arrays(f, path.stat().st_size)
+    arrays, damage = _scanned(write_tar(tmp_path / "shard.tar", members))
     assert damage is None
     s = group(arrays)
     keys = np.split(np.frombuffer(s.key_blob, np.uint8), np.cumsum(s.key_len)[:-1])
@@ -45,14 +44,7 @@ def test_split_of_names_starting_with_a_dot_equals_split_key(tmp_path):
     from turbofeed.io.table import split_key
 
     names = [".jpg", ".cls", "a.b.jpg", "d.x/.hidden.png", "d.x/noext", "e/f.", ".x.y"]
-    path = tmp_path / "dots.tar"
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name in names:
-            info = tarfile.TarInfo(name)
-            info.size = 1
-            tar.addfile(info, io.BytesIO(b"x"))
-    with open(path, "rb") as f:
-        arrays, _ = scan_arrays(f, path.stat().st_size)
+    arrays, _ = _scanned(write_tar(tmp_path / "dots.tar", [(name, b"x") for name in names]))
     s = arrays.split
     blob = np.frombuffer(arrays.names, np.uint8)
     starts = np.concatenate([[0], arrays.name_end[:-1]])
@@ -69,14 +61,7 @@ def test_split_of_names_longer_than_the_matrix_width_equals_split_key(tmp_path):
 
     long = "k" * 600
     names = [f"{long}.jpg", "short.jpg", f"{long}.cls", f"d/{long}x.png", "short.cls"]
-    path = tmp_path / "pax.tar"
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
-            info = tarfile.TarInfo(name)
-            info.size = 1
-            tar.addfile(info, io.BytesIO(b"x"))
-    with open(path, "rb") as f:
-        arrays, _ = scan_arrays(f, path.stat().st_size)
+    arrays, _ = _scanned(write_tar(tmp_path / "pax.tar", [(name, b"x") for name in names], tarfile.PAX_FORMAT))
     s = arrays.split
     assert s.key_id.tolist() == [0, 1, 0, 2, 1] and s.key_first.tolist() == [0, 1, 3]
     assert [split_key(n)[0] for n in names] == [long, "short", long, f"d/{long}x", "short"]
