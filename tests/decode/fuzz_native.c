@@ -22,7 +22,11 @@
  *     with bytes flipped, through tf_tar_walk (an intact one must give back its members,
  *     a damaged one any verdict) and tf_gather (random spans, some past the end); the
  *     intact and the damaged JPEG of (b) through tf_jpeg_sizes (the intact one's size
- *     must come back, with or without the first read's 16 KiB cut), at random offsets.
+ *     must come back, with or without the first read's 16 KiB cut), at random offsets;
+ * (d) a chunk (chunk.c): the intact and a damaged JPEG of (b) and random bytes in a file,
+ *     through tf_chunk_read (exact buffer, a wrong identity stamp now and then: the intact
+ *     one must give its size, a wrong stamp TF_READ_CHANGED) and tf_chunk_decode into
+ *     random rows of one batch (the intact one must give what tf_jpeg_crop_resize gives).
  * Every buffer handed to the code under test has its exact size and the scratch buffers
  * are freed after each call, so the sanitizers see any access outside them (beyond the
  * SLACK bytes layout.h promises). A failed check prints why to stderr and aborts; at the
@@ -35,8 +39,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
 #include <jpeglib.h>
 
+#include "chunk.h"
 #include "jpeg_sizes.h"
 #include "jpeg_window.h"
 #include "kernels.h"
@@ -472,6 +479,85 @@ static void fuzz_index(const Jpeg *j) {
     free(img);
 }
 
+/* ---------------------------------------------------------------- (d) a chunk */
+
+static long chunk_reads[TF_READ_SHORT + 1];
+
+static void fuzz_chunk(JpegWindow *jw, const Jpeg *j) {
+    const size_t junk = (size_t)below(3000);
+    const size_t total = j->len * 2 + junk;
+    unsigned char *file = xmalloc(total);
+    memcpy(file, j->data, j->len);
+    memcpy(file + j->len, j->data, j->len);
+    for (int k = between(1, 6); k > 0; k--) file[j->len + below((int)j->len)] ^= (unsigned char)between(1, 255);
+    for (size_t i = 0; i < junk; i++) file[2 * j->len + i] = (unsigned char)below(256);
+    FILE *f = file_of(file, total);
+    struct stat st;
+    CHECK(fstat(fileno(f), &st) == 0, "fstat");
+    const int64_t stamp[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                              (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+    enum { N = 3 };
+    int32_t fds[N];
+    int64_t offsets[N] = {0, (int64_t)j->len, (int64_t)(2 * j->len)}, sizes[N] = {(int64_t)j->len, (int64_t)j->len,
+                                                                                   (int64_t)junk};
+    int64_t stamps[3 * N], starts[N];
+    const int wrong = chance(20) ? below(N) : -1;
+    int64_t at = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = fileno(f);
+        memcpy(stamps + 3 * i, stamp, sizeof stamp);
+        if (i == wrong) stamps[3 * i + 2] += 1;
+        starts[i] = at;
+        at += sizes[i];
+    }
+    unsigned char *buf = xmalloc((size_t)at + 1);
+    int32_t head[3 * N];
+    tf_chunk_read(jw, N, fds, offsets, sizes, stamps, buf, starts, head);
+    for (int i = 0; i < N; i++) {
+        const int32_t status = head[3 * i];
+        CHECK(status >= TF_READ_OK && status <= TF_READ_SHORT, "read status %d", status);
+        chunk_reads[status]++;
+        if (i == wrong) CHECK(status == TF_READ_CHANGED, "a wrong stamp read as %d", status);
+    }
+    if (wrong != 0)
+        CHECK(head[0] == (j->cmyk ? TF_READ_GENERAL : TF_READ_OK) && (j->cmyk || (head[1] == j->H && head[2] == j->W)),
+              "intact %dx%d JPEG read as %d (%d x %d)", j->H, j->W, head[0], head[1], head[2]);
+    fclose(f);
+    /* decode every sample, each into a random row of a 4-row batch */
+    double box[4], boxes[4 * N];
+    random_box(j->W, j->H, box);
+    int oh, ow;
+    random_out_size(box, &oh, &ow);
+    float offset[3], factor[3];
+    Target base = random_target(oh, ow, offset, factor, 0);
+    const size_t row = (size_t)3 * oh * ow * (base.offset ? sizeof(float) : 1);
+    unsigned char *out = xmalloc(4 * row);
+    uint8_t flips[N], checks[N];
+    int64_t rows[N];
+    for (int i = 0; i < N; i++) {
+        memcpy(boxes + 4 * i, box, sizeof box);
+        flips[i] = (uint8_t)chance(50);
+        checks[i] = (uint8_t)chance(50);
+        rows[i] = (i + 1) % 4;
+    }
+    int32_t status[N];
+    tf_chunk_decode(jw, N, buf, starts, sizes, boxes, flips, checks, rows, out, row, &base, 1 << 22, 0, status);
+    release(tf_jpeg_scratch(jw));
+    for (int i = 0; i < N; i++) CHECK(status[i] >= RC_OK && status[i] <= RC_TOO_LARGE, "decode rc %d", status[i]);
+    Target one = base;
+    one.out = xmalloc(row);
+    one.flip = flips[0];
+    const int rc = tf_jpeg_crop_resize(jw, buf, (size_t)sizes[0], box, &one, 0, checks[0], 1 << 22);
+    release(tf_jpeg_scratch(jw));
+    CHECK(status[0] == rc, "the chunk's rc %d, crop_resize's %d", status[0], rc);
+    if (rc == RC_OK) CHECK(memcmp(out + row, one.out, row) == 0, "the chunk's row differs from crop_resize's");
+    free(one.out);
+    free(out);
+    free(base.out);
+    free(buf);
+    free(file);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SEED ITERATIONS [SECONDS]\n", argv[0]);
@@ -500,6 +586,7 @@ int main(int argc, char **argv) {
         check_damaged(jw, &j);
         check_intact(jw, &j, full); /* also: the damaged call left nothing behind */
         fuzz_index(&j);
+        fuzz_chunk(jw, &j);
     }
     free(j.data);
     free(full);
@@ -507,10 +594,11 @@ int main(int argc, char **argv) {
     tf_scratch_free(&s);
     printf("fuzz_native seed %s: %ld iterations; resample ok %ld value %ld too_large %ld; jpeg ok %ld jpeg_error %ld "
            "fallback %ld value %ld too_large %ld; levels%s%s%s; index: tar plain %ld not_plain %ld, sizes ok %ld none %ld "
-           "ask %ld\n",
+           "ask %ld; chunk reads ok %ld general %ld changed %ld\n",
            argv[1], iteration, calls[0][RC_OK], calls[0][RC_VALUE], calls[0][RC_TOO_LARGE], calls[1][RC_OK],
            calls[1][RC_JPEG], calls[1][RC_FALLBACK], calls[1][RC_VALUE], calls[1][RC_TOO_LARGE],
            levels_ok[0] ? " none" : "", levels_ok[1] ? " sse2" : "", levels_ok[2] ? " avx2" : "", walks[0], walks[1],
-           sizes_seen[0], sizes_seen[1], sizes_seen[2]);
+           sizes_seen[0], sizes_seen[1], sizes_seen[2], chunk_reads[TF_READ_OK], chunk_reads[TF_READ_GENERAL],
+           chunk_reads[TF_READ_CHANGED]);
     return 0;
 }

@@ -243,3 +243,60 @@ def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """
     out = _crop.jpeg_sizes(fd, np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(sizes, np.int64))
     return np.frombuffer(out, np.int32).reshape(-1, 3)
+
+
+# A chunk of samples in two calls without the GIL (chunk.c, module_chunk.c): the hot
+# path's Python runs once per chunk around them (turbofeed.engine.chunks).
+
+#: :func:`read_chunk`'s statuses: read, a JPEG the crop decoder takes; read, for the
+#: general decoder; the file changed; the read failed (errno); fewer bytes than indexed.
+READ_OK, READ_GENERAL, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2, 3, 4
+#: :func:`decode_chunk`'s return codes (resample.h): decoded; damaged; for the general
+#: decoder; no memory; bad arguments or not a JPEG; over the pixel limit.
+RC_OK, RC_JPEG, RC_FALLBACK, RC_NOMEM, RC_VALUE, RC_TOO_LARGE = 0, 1, 2, 3, 4, 5
+
+
+def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray, buffer: np.ndarray,
+               starts: np.ndarray) -> np.ndarray:
+    """Read a chunk of samples into ``buffer`` and their JPEG headers, in one call that
+    releases the GIL: for sample ``i``, ``sizes[i]`` bytes at ``offsets[i]`` of descriptor
+    ``fds[i]`` (int32; -1: already in ``buffer``) go to ``buffer[starts[i]:]``; then one
+    ``fstat`` must show the shard's identity ``stamps[i]`` (size, mtime_ns, ctime_ns), so
+    the bytes are the indexed ones (:mod:`turbofeed.io.local.files`).
+
+    Returns:
+        int32 ``(n, 3)``: (status, height, width) per sample; status :data:`READ_OK`,
+        :data:`READ_GENERAL` (not a JPEG the crop decoder takes: CMYK, no readable
+        header), :data:`READ_CHANGED`, :data:`READ_ERRNO` (the errno in place of the
+        height) or :data:`READ_SHORT`.
+    """
+    out = _crop.read_chunk(fds, offsets, sizes, stamps, buffer, starts)
+    return np.frombuffer(out, np.int32).reshape(-1, 3)
+
+
+def decode_chunk(buffer: np.ndarray, starts: np.ndarray, sizes: np.ndarray, boxes: np.ndarray, flips: np.ndarray,
+                 checks: np.ndarray, rows: np.ndarray, out: np.ndarray, *, channels_first: bool = True,
+                 offset: Sequence[float] | None = None, factor: Sequence[float] | None = None,
+                 max_pixels: int | None | DefaultLimit = DEFAULT, emulate_s: float = 0.0) -> np.ndarray:
+    """:func:`crop_resize` of every sample of a chunk, in one call that releases the GIL.
+
+    Args:
+        buffer, starts, sizes: sample ``i`` is ``buffer[starts[i]:starts[i] + sizes[i]]``.
+        boxes: float64 ``(n, 4)``, each sample's box (``Window.box``).
+        flips, checks: uint8 (or bool) per sample: mirror it; check its whole scan.
+        rows: int64, the row of ``out`` each sample goes to.
+        out: a batch: C-contiguous ``(N, 3, h, w)`` or ``(N, h, w, 3)``, uint8, or float32
+            with ``offset`` and ``factor``.
+        emulate_s: > 0 replaces each decode by a wait of that many seconds without the
+            GIL (bench/emulated_cores.py: each thread then acts as one more core).
+
+    Returns:
+        int32 per sample: :data:`RC_OK`, or why not (the sample's per-sample path then
+        decides and names the error; its row is left undefined).
+    """
+    h, w = out.shape[2:] if channels_first else out.shape[1:3]
+    limit = resolve(max_pixels) or 0
+    extra = {} if offset is None and factor is None else {"offset": _floats(offset), "factor": _floats(factor)}
+    codes = _crop.decode_chunk(buffer, starts, sizes, boxes, flips.view(np.uint8), checks.view(np.uint8), rows, out,
+                               h, w, channels_first, max_pixels=limit, emulate_ns=int(emulate_s * 1e9), **extra)
+    return np.frombuffer(codes, np.int32)

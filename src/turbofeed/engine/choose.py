@@ -18,6 +18,7 @@ import numpy as np
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import EpochPlan
 from ..transforms import Compose
+from .chunks import ChunkedCpuDecode, chunk_size, chunked
 from .fields import FieldOptions, FieldReader, NoImage, WithFields
 from .policy import ErrorPolicy, PassPolicy
 from .bucket_slots import BucketPool
@@ -88,7 +89,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
                  callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None,
-                 user_errors: str = "raise") -> DecodeStage:
+                 user_errors: str = "raise", num_workers: int = 0) -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
@@ -98,7 +99,9 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
       GPU, or split between GPU and CPU threads; batches stacked when ``pool`` is given,
       else per sample;
     - ``pool`` (``pool(dtype, channels_last) -> SlotPool``; the transform has one output
-      size): the fused CPU decode into batch slots;
+      size): the fused CPU decode into batch slots, per chunk of positions where it can
+      (:func:`turbofeed.engine.chunks.chunked`; chunks sized for ``num_workers``
+      threads), else per sample;
     - otherwise: per-sample CPU decode, ``shape(id, decoded)`` per sample;
 
     and with ``fields`` (general samples; ``work`` reads the image field's member), the
@@ -115,7 +118,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
             return WithFields(NoImage(batch_size), reader, batch_size)
         inner = decode_stage(work, plan, policy, batch_size=batch_size, decoder=decoder, hybrid=hybrid, pool=pool,
                              channels_last=channels_last, shape=shape, fetch_only=fetch_only, callables=callables,
-                             user_errors=user_errors)
+                             user_errors=user_errors, num_workers=num_workers)
         return WithFields(inner, reader, batch_size)
     if fetch_only is not None:
         return fetch_stage(work, batch_size, fetch_only)
@@ -141,6 +144,10 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     if pool is not None and transform is not None:
         spec = transform.output
         dtype = np.dtype(np.uint8) if spec is None else spec.dtype
-        return FusedCpuDecode(work, pool(dtype, channels_last), channels_first=not channels_last)
+        slots = pool(dtype, channels_last)
+        if chunked(work, slots, channels_first=not channels_last):
+            return ChunkedCpuDecode(work, slots, channels_first=not channels_last, plan=plan, policy=policy,
+                                    chunk=chunk_size(batch_size, num_workers))
+        return FusedCpuDecode(work, slots, channels_first=not channels_last)
     assert shape is not None  # a per-sample decode says what each sample becomes
     return per_sample_cpu(work, batch_size, shape)

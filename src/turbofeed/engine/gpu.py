@@ -115,10 +115,9 @@ def check_once(work: SampleWork, gid: int, data: bytes | memoryview) -> None:
     Raises:
         ValueError: damaged (:func:`turbofeed.decode.scan.check`).
     """
-    source, index = work.dataset.locate(gid)
-    if not CHECKED.intact(source, index):
+    if not CHECKED.intact(work.dataset, gid):
         scan.check(data, max_pixels=work.max_pixels)
-        CHECKED.mark(source, index, len(source.table))
+        CHECKED.mark(work.dataset, gid)
 
 
 @overload

@@ -108,6 +108,17 @@ class PassPolicy:
         with self._lock:
             return index in self._skip or gid in self._bad_ids
 
+    def any_bad(self) -> bool:
+        """Whether any sample failed in this pass yet (no lock: a sample that fails at
+        this moment is found by its own decode)."""
+        return bool(self._skip or self._bad_ids)
+
+    def known_bad(self, positions: np.ndarray, gids: np.ndarray) -> np.ndarray:
+        """:meth:`is_bad` of each ``(positions[i], gids[i])``, as a bool array."""
+        with self._lock:
+            return np.fromiter((int(p) in self._skip or int(g) in self._bad_ids
+                                for p, g in zip(positions.tolist(), gids.tolist())), bool, len(positions))
+
     def next_unknown(self, order: Order, u: int, end: int) -> int | None:
         """The first ``v`` in ``u .. end-1`` whose sample ``order[v % len(order)]`` is not
         known bad in this pass, or None. ``u`` and ``v`` are unwrapped positions."""

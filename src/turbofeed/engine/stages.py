@@ -53,6 +53,10 @@ class StageInfo:
     #: work is a few tens of microseconds of Python (the GPU stage's read, header and
     #: window), so a task crosses the executor's queue once for several samples.
     per_task: int = 1
+    #: The stage fills ``per_task`` positions in one ``fill_chunk(job, start, stop)``
+    #: call (Python once per chunk: :mod:`turbofeed.engine.chunks`), returning the
+    #: positions it left for the per-sample ``fill``.
+    chunked: bool = False
 
 
 class SampleStage(Protocol):
@@ -66,6 +70,14 @@ class SampleStage(Protocol):
 
     def fill(self, gid: int, buffer: Any, j: int) -> None:
         """Load sample ``gid`` into position ``j`` of ``buffer``; raise SampleError if bad."""
+        ...
+
+
+class ChunkStage(SampleStage, Protocol):
+    """A per-sample half that also fills whole chunks (``info.chunked``)."""
+
+    def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
+        """Fill positions ``start .. stop - 1`` of ``job``; the positions left for :meth:`fill`."""
         ...
 
 

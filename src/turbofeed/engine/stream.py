@@ -12,7 +12,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ..errors import DatasetError, SampleError
 from ..plan import EpochPlan
 from .executor import Executor
 from .policy import ErrorPolicy, PassPolicy
-from .stages import SampleStage
+from .stages import ChunkStage, SampleStage
 
 _POLL_S = 0.1
 
@@ -49,8 +49,12 @@ class Job:
                 self.error, self.error_at = error, j
 
     def finish_one(self) -> None:
+        self.finish_many(1)
+
+    def finish_many(self, count: int) -> None:
+        """``count`` positions are done (filled, skipped or failed)."""
         with self._lock:
-            self._remaining -= 1
+            self._remaining -= count
             last = self._remaining == 0
         if last:
             self.done.set()
@@ -63,9 +67,11 @@ class _Runner:
     """What the worker threads run. Holds no reference to the :class:`BatchStream`, so
     dropping the stream (``break``, garbage collection) lets its finalizer stop them."""
 
-    def __init__(self, plan: EpochPlan, fill: Callable[[int, Any, int], None], policy: PassPolicy) -> None:
+    def __init__(self, plan: EpochPlan, fill: Callable[[int, Any, int], None], policy: PassPolicy,
+                 fill_chunk: Callable[[Job, int, int], list[int]] | None = None) -> None:
         self.plan = plan
         self.fill = fill
+        self.fill_chunk = fill_chunk
         self.policy = policy
         self.stop = threading.Event()
 
@@ -81,6 +87,23 @@ class _Runner:
     def run_many(self, job: Job, start: int, stop: int) -> None:
         """:meth:`run` for positions ``start .. stop - 1``, in order: one task for several."""
         for j in range(start, stop):
+            self.run(job, j)
+
+    def run_chunk(self, job: Job, start: int, stop: int) -> None:
+        """Positions ``start .. stop - 1`` through the stage's ``fill_chunk`` (one call for
+        all), then the positions it left through :meth:`run`, one by one (the policy)."""
+        try:
+            if start >= job.error_at or self.stop.is_set():
+                left: list[int] = []
+            else:
+                assert self.fill_chunk is not None  # only chunked stages post chunks
+                left = self.fill_chunk(job, start, stop)
+        except BaseException as exc:  # travels to the caller's thread through the job
+            job.fail(exc, start)
+            job.finish_many(stop - start)
+            return
+        job.finish_many(stop - start - len(left))
+        for j in left:
             self.run(job, j)
 
     def _fill_position(self, job: Job, j: int) -> None:
@@ -192,8 +215,10 @@ class BatchStream:
         self._runner: _Runner | None = None
         self._closed = False
         self.finished = False  # True once every batch was delivered (not merely closed)
+        self._chunked = stage.info.chunked
         if self._next < self._end:
-            runner = self._runner = _Runner(plan, stage.fill, policy)
+            runner = self._runner = _Runner(plan, stage.fill, policy,
+                                            cast(ChunkStage, stage).fill_chunk if self._chunked else None)
         if self._next < self._end and num_workers:
             self._pool = Executor(num_workers, stage.info.name)
             # Break, Ctrl-C or garbage collection: threads stop without the caller asking.
@@ -247,12 +272,20 @@ class BatchStream:
         self._inflight.append(job)
         pool, runner = self._pool, self._runner
         assert runner is not None  # made in __init__ when there was a batch to submit
+        step = self._per_task
         if pool is None:  # num_workers=0: fill it here and now, in order
             job.submitted = time.perf_counter()
+            if self._chunked:
+                for j in range(0, len(positions), step):
+                    runner.run_chunk(job, j, min(j + step, len(positions)))
+                return
             for j in range(len(positions)):
                 runner.run(job, j)
             return
-        step = self._per_task
+        if self._chunked:
+            for j in range(0, len(positions), step):
+                pool.post(runner.run_chunk, job, j, min(j + step, len(positions)))
+            return
         if step == 1:
             for j in range(len(positions)):
                 pool.post(runner.run, job, j)

@@ -136,8 +136,7 @@ class SampleWork:
         kernel: Callable[..., None] = native.resize
         extra: dict[str, bool] = {}
         if size is None:  # a JPEG: its whole scan is checked the first time it is seen (engine/checked.py)
-            source, index = self.dataset.locate(gid)
-            check = not CHECKED.intact(source, index)
+            check = not CHECKED.intact(self.dataset, gid)
             kernel, extra = native.crop_resize, {"check_scan": check}
         started = time.perf_counter()
         try:
@@ -179,7 +178,7 @@ class SampleWork:
         finally:
             self.stats.add_times(decode_cpu=time.perf_counter() - started)
         if extra.get("check_scan"):
-            CHECKED.mark(source, index, len(source.table))
+            CHECKED.mark(self.dataset, gid)
         return Decoded(out, window.flip, int(self.dataset.labels[gid]))
 
     def _decode(self, gid: int, data: bytes | np.ndarray) -> Decoded:

@@ -18,6 +18,7 @@ from .dsindex.auto import memory_index
 from .dsindex.find import find_index
 from .fingerprint import data_print
 from .labels import label_ids
+from .local.ranges import SampleRanges
 from .paths import PathSpec
 from .registry import Opener, resolve
 from .source import Source
@@ -76,6 +77,8 @@ class Dataset:
 
     Attributes:
         index: the :class:`~turbofeed.io.dsindex.DatasetIndex` used, or None.
+        generation: 0, then one more each time :meth:`refresh` changed a source (what
+            was learnt about samples by id, e.g. which scans were checked, is then stale).
         bad: ``{global id: why}``: samples that keep their id but are bad data for this
             dataset's use (with ``labels``: a tar sample without an image member, or whose
             label cannot be parsed or is outside int64); a loader fetching one gets a
@@ -150,6 +153,8 @@ class Dataset:
         else:
             self.labels, self.class_names = np.full(self.num_samples, -1, np.int64), None
         self._print: DataPrint | None = None  # computed when first asked
+        self._ranges: SampleRanges | None = None  # made when first asked
+        self.generation = getattr(self, "generation", -1) + 1  # sources (and ids) changed
 
     def refresh(self) -> list[str]:
         """Re-index every source whose file changed on disk since it was indexed (replaced
@@ -190,6 +195,15 @@ class Dataset:
         """Like :meth:`read`, without a copy where the source can (mapped tar shards)."""
         source, i = self.locate(gid)
         return source.view(i)
+
+    def ranges(self) -> SampleRanges:
+        """Where each sample's image lies on disk, by global id, for reading a chunk of
+        samples in one native call (:mod:`turbofeed.io.local.ranges`); made once, again
+        after a :meth:`refresh` changed a source."""
+        ranges = self._ranges
+        if ranges is None:
+            ranges = self._ranges = SampleRanges(self.sources, self.starts, self.bad)
+        return ranges
 
     def read_member(self, gid: int, ext: str) -> bytes | np.ndarray | None:
         """The member of sample ``gid`` with extension ``ext`` (``"txt"``, ``"json"``,

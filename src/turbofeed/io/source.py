@@ -23,6 +23,11 @@ capability               default                       overridden by
                                                        in the node cache)
 ``io_stats``             ``{}``                        array and table sources (how they
                                                        read)
+``ranges``               False (read through           plain local tar shards (sample
+                         ``read(i)`` alone)            ``i`` is bytes ``table.offsets[i]``
+                                                       .. ``+ table.sizes[i]`` of ``file``:
+                                                       read a chunk of samples natively,
+                                                       :mod:`turbofeed.io.local.ranges`)
 =======================  ============================  ====================================
 
 Members: a WebDataset sample is every member sharing its key (``a.jpg``, ``a.txt``,
@@ -82,6 +87,9 @@ class Source(Protocol):
             class names, None) that the dataset numbers (:mod:`turbofeed.io.labels`).
         plain: a compressed shard's decompressed copy in the node cache, which its
             samples are read from (``table`` offsets are into it), or None.
+        ranges: True when sample ``i``'s image is exactly the bytes ``table.offsets[i]``
+            .. ``table.offsets[i] + table.sizes[i]`` of ``file`` (the hot path then reads a
+            whole chunk of samples in one native call, without ``read``).
     """
 
     path: str
@@ -90,6 +98,7 @@ class Source(Protocol):
     file: FileRef | None = None
     classes: list[str] | None = None
     plain: PlainCopy | None = None
+    ranges: bool = False
 
     def read(self, i: int) -> bytes | np.ndarray: ...
 

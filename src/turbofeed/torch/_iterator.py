@@ -84,7 +84,7 @@ class _LoaderIterator:
                               hybrid=loader._hybrid if gpu_decoder is not None else None,
                               pool=loader._slot_pool if fixed else bucket_pool, channels_last=loader.channels_last,
                               shape=chw_with_label, callables=callables, fields=loader.fields,
-                              user_errors=loader.user_errors)
+                              user_errors=loader.user_errors, num_workers=loader.num_threads)
         # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
         spec = worker_transform.output if slotted and worker_transform is not None else None
         on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None

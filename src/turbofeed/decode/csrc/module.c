@@ -23,6 +23,8 @@
 
 #include "jpeg_window.h"
 #include "kernels.h"
+#include "module.h"
+#include "module_chunk.h"
 #include "module_index.h"
 #include "resample.h"
 
@@ -52,6 +54,9 @@ static void state_put(JpegWindow *j) { (void)j; }
 static JpegWindow *state_get(void) { return tf_jpeg_new(); }
 static void state_put(JpegWindow *j) { tf_jpeg_free(j); }
 #endif
+
+JpegWindow *tf_thread_state(void) { return state_get(); }
+void tf_thread_state_put(JpegWindow *j) { state_put(j); }
 
 /* ---------------------------------------------------------------- arguments */
 
@@ -91,10 +96,11 @@ static int read_triple(PyObject *obj, const char *name, float out[3]) {
     return 0;
 }
 
-/* Check out (and offset/factor) and fill the target; on failure an exception is set and
- * nothing is held. On success the caller releases out. */
-static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw, PyObject *offset_obj,
-                      PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
+/* Check out (rows times 3*out_h*out_w items; and offset/factor) and fill the target
+ * (not mirrored); on failure an exception is set and nothing is held. On success the
+ * caller releases out. */
+int tf_get_target(PyObject *out_obj, Py_ssize_t rows, int out_h, int out_w, int chw, PyObject *offset_obj,
+                  PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
     const int normalise = offset_obj != Py_None || factor_obj != Py_None;
     if (normalise && (read_triple(offset_obj, "offset", offset) < 0 || read_triple(factor_obj, "factor", factor) < 0))
         return -1;
@@ -106,15 +112,22 @@ static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw
     const char *fmt = skip_order(out->format);
     const Py_ssize_t itemsize = normalise ? 4 : 1;
     if (strcmp(fmt, normalise ? "f" : "B") != 0 || out->itemsize != itemsize ||
-        out->len != (Py_ssize_t)3 * out_h * out_w * itemsize) {
+        out->len != rows * 3 * out_h * out_w * itemsize) {
         PyErr_Format(PyExc_ValueError,
-                     "out must be a C-contiguous %s buffer of 3*%d*%d items (got format '%s', %zd bytes)",
-                     normalise ? "float32" : "uint8", out_h, out_w, fmt, out->len);
+                     "out must be a C-contiguous %s buffer of %zd*3*%d*%d items (got format '%s', %zd bytes)",
+                     normalise ? "float32" : "uint8", rows, out_h, out_w, fmt, out->len);
         PyBuffer_Release(out);
         return -1;
     }
-    Target target = {out->buf, out_h, out_w, flip, chw, normalise ? offset : NULL, normalise ? factor : NULL};
+    Target target = {out->buf, out_h, out_w, 0, chw, normalise ? offset : NULL, normalise ? factor : NULL};
     *t = target;
+    return 0;
+}
+
+static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw, PyObject *offset_obj,
+                      PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
+    if (tf_get_target(out_obj, 1, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, out, t) < 0) return -1;
+    t->flip = flip;
     return 0;
 }
 
@@ -349,9 +362,12 @@ static PyMethodDef methods[] = {
     {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
     {"crop_resize", (PyCFunction)(void (*)(void))py_crop_resize, METH_VARARGS | METH_KEYWORDS,
      crop_resize_doc},
+    {"decode_chunk", (PyCFunction)(void (*)(void))tf_py_decode_chunk, METH_VARARGS | METH_KEYWORDS,
+     tf_decode_chunk_doc},
     {"gather", tf_py_gather, METH_VARARGS, tf_gather_doc},
     {"header", py_header, METH_O, header_doc},
     {"jpeg_sizes", tf_py_jpeg_sizes, METH_VARARGS, tf_jpeg_sizes_doc},
+    {"read_chunk", tf_py_read_chunk, METH_VARARGS, tf_read_chunk_doc},
     {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
     {"tar_walk", tf_py_tar_walk, METH_VARARGS, tf_tar_walk_doc},
     {NULL, NULL, 0, NULL},

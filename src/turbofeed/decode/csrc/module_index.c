@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "jpeg_sizes.h"
+#include "module.h"
 #include "module_index.h"
 #include "tarindex.h"
 
@@ -20,18 +21,8 @@ static int raise_io(int rc) {
     return -1;
 }
 
-/* An int64 buffer: C-contiguous, format q or l of 8 bytes. */
-static int int64s(PyObject *obj, const char *name, Py_buffer *view) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    while (*f == '@' || *f == '=' || *f == '<') f++;
-    if (view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
-        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous int64 array", name);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
+/* An int64 buffer (tf_typed_buffer, module_chunk.c). */
+static int int64s(PyObject *obj, const char *name, Py_buffer *view) { return tf_typed_buffer(obj, name, 'q', -1, view); }
 
 /* offsets and sizes as two int64 buffers of one length (n items); 0 or -1 (nothing held). */
 static int pairs(PyObject *offsets, PyObject *sizes, Py_buffer *o, Py_buffer *s, size_t *n) {

@@ -96,7 +96,7 @@ class FileRef:
         return f"FileRef({self.path!r}, {self.id})"
 
 
-class _OpenFile:
+class OpenFile:
     """One file descriptor, closed when the last reference goes."""
 
     __slots__ = ("fd",)
@@ -152,16 +152,16 @@ class ShardFiles:
 
     def __init__(self, max_open: int = 128) -> None:
         self._max_open = max_open
-        self._files: OrderedDict[str, _OpenFile] = OrderedDict()
+        self._files: OrderedDict[str, OpenFile] = OrderedDict()
         self._maps: OrderedDict[str, memoryview] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _open(self, ref: FileRef | str) -> _OpenFile:
+    def _open(self, ref: FileRef | str) -> OpenFile:
         key = ref if isinstance(ref, str) else ref.key
         with self._lock:
             file = self._files.get(key)
             if file is None:
-                file = self._files[key] = _OpenFile(ref)
+                file = self._files[key] = OpenFile(ref)
                 while len(self._files) > self._max_open:
                     self._files.popitem(last=False)
             else:
@@ -223,7 +223,7 @@ class ShardFiles:
 
     @staticmethod
     def _map(ref: FileRef | str) -> memoryview:
-        file = _OpenFile(ref)
+        file = OpenFile(ref)
         if os.fstat(file.fd).st_size == 0:  # mmap refuses empty files
             return memoryview(b"")
         # CPython's mmap keeps its own dup of the descriptor, so a map is an open file too

@@ -47,6 +47,12 @@ class TarSource(Source):
     #: a compressed shard's decompressed copy (None for a plain shard)
     plain: PlainCopy | None = None
 
+    @property
+    def ranges(self) -> bool:  # type: ignore[override]
+        """A plain shard's samples are byte ranges of ``file`` (a compressed one's are in
+        its plain copy, which may be evicted: read through :meth:`read`)."""
+        return self.plain is None
+
     def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None,
                  labels: bool = True, s3: S3Config | None = None) -> None:
         self.path = path

@@ -1,0 +1,26 @@
+/* What module.c shares with the other binding files (module_chunk.c): the thread's
+ * decoder state and the check of an output buffer. */
+#ifndef TF_MODULE_H
+#define TF_MODULE_H
+
+#include <Python.h>
+
+#include "jpeg_window.h"
+#include "resample.h"
+
+/* This thread's decoder and buffers (callable without the GIL); NULL without memory.
+ * Give it back with tf_thread_state_put. */
+JpegWindow *tf_thread_state(void);
+void tf_thread_state_put(JpegWindow *j);
+
+/* Check out: C-contiguous, rows * 3 * out_h * out_w items of uint8, or of float32 when
+ * offset and factor are not None (3 numbers each, read into offset and factor). Fills t
+ * (not mirrored) and holds out; -1 with an exception set and nothing held. */
+int tf_get_target(PyObject *out_obj, Py_ssize_t rows, int out_h, int out_w, int chw, PyObject *offset_obj,
+                  PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t);
+
+/* A C-contiguous buffer of count items of format code ("q": int64, "i": int32, "d":
+ * float64, "B": uint8; count < 0: any count); -1 with a ValueError naming it, nothing held. */
+int tf_typed_buffer(PyObject *obj, const char *name, char code, Py_ssize_t count, Py_buffer *view);
+
+#endif

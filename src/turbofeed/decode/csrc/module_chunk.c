@@ -1,0 +1,192 @@
+/* The bindings of the per-chunk calls (chunk.c) in turbofeed.decode._crop: argument
+ * checks, the GIL released once around a whole chunk, statuses as bytes (numpy.frombuffer
+ * makes arrays of them). Limited API only (module.c). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "chunk.h"
+#include "module.h"
+#include "module_chunk.h"
+
+static int format_is(const Py_buffer *view, char code) {
+    const char *f = view->format ? view->format : "B";
+    while (*f == '@' || *f == '=' || *f == '<') f++;
+    if (code == 'q') return view->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
+    if (code == 'i') return view->itemsize == 4 && (strcmp(f, "i") == 0 || (strcmp(f, "l") == 0 && sizeof(long) == 4));
+    if (code == 'd') return view->itemsize == 8 && strcmp(f, "d") == 0;
+    return view->itemsize == 1 && (strcmp(f, "B") == 0 || strcmp(f, "?") == 0 || strcmp(f, "b") == 0);
+}
+
+int tf_typed_buffer(PyObject *obj, const char *name, char code, Py_ssize_t count, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (!format_is(view, code) || (count >= 0 && view->len != count * view->itemsize)) {
+        static const char *what[] = {"int64", "int32", "float64", "uint8"};
+        const char *type = what[code == 'q' ? 0 : code == 'i' ? 1 : code == 'd' ? 2 : 3];
+        if (count >= 0) {
+            PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %s array of %zd items", name, type, count);
+        } else {
+            PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %s array", name, type);
+        }
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static void release_all(Py_buffer *views, int k) {
+    for (int i = 0; i < k; i++) PyBuffer_Release(&views[i]);
+}
+
+/* Each object as a typed buffer of its count; -1 with everything released. */
+static int typed_all(PyObject **objs, const char **names, const char *codes, const Py_ssize_t *counts, int k,
+                     Py_buffer *views) {
+    for (int i = 0; i < k; i++) {
+        if (tf_typed_buffer(objs[i], names[i], codes[i], counts[i], &views[i]) < 0) {
+            release_all(views, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+const char tf_read_chunk_doc[] =
+    "read_chunk(fds, offsets, sizes, stamps, buffer, starts) -> bytes\n"
+    "--\n\n"
+    "For each sample i: pread sizes[i] bytes at offsets[i] of descriptor fds[i] (int32; -1:\n"
+    "the bytes are in buffer already) into buffer[starts[i]:], fstat it and compare (size,\n"
+    "mtime_ns, ctime_ns) with stamps[i] (int64, n x 3), then read the JPEG header. Returns\n"
+    "int32 (status, height, width) triples as bytes: status 0 ok, 1 for the general decoder,\n"
+    "2 the file changed, 3 the read failed (the errno in place of the height), 4 short read.\n"
+    "Releases the GIL for the whole chunk.";
+
+PyObject *tf_py_read_chunk(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
+    Py_buffer v[6];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOO:read_chunk", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    Py_buffer first;
+    if (tf_typed_buffer(objs[0], "fds", 'i', -1, &first) < 0) return NULL;
+    const Py_ssize_t n = first.len / 4;
+    PyBuffer_Release(&first);
+    static const char *names[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts"};
+    const Py_ssize_t counts[] = {n, n, n, 3 * n, -1, n};
+    if (typed_all(objs, names, "iqqqBq", counts, 6, v) < 0) return NULL;
+    const int64_t *sizes = v[2].buf, *starts = v[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (sizes[i] < 0 || starts[i] < 0 || starts[i] + sizes[i] > v[4].len) {
+            release_all(v, 6);
+            PyErr_Format(PyExc_ValueError, "sample %zd does not fit in the buffer", i);
+            return NULL;
+        }
+    }
+    PyObject *head = PyBytes_FromStringAndSize(NULL, n * 3 * 4);
+    if (!head) {
+        release_all(v, 6);
+        return NULL;
+    }
+    int32_t *h = (int32_t *)PyBytes_AsString(head);
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    JpegWindow *j = tf_thread_state();
+    if (!j) {
+        nomem = 1;
+    } else {
+        tf_chunk_read(j, (size_t)n, v[0].buf, v[1].buf, sizes, v[3].buf, v[4].buf, starts, h);
+        tf_thread_state_put(j);
+    }
+    Py_END_ALLOW_THREADS
+    release_all(v, 6);
+    if (nomem) {
+        Py_DECREF(head);
+        return PyErr_NoMemory();
+    }
+    return head;
+}
+
+const char tf_decode_chunk_doc[] =
+    "decode_chunk(buffer, starts, sizes, boxes, flips, checks, rows, out, out_h, out_w,\n"
+    "             channels_first=True, offset=None, factor=None, max_pixels=0, emulate_ns=0) -> bytes\n"
+    "--\n\n"
+    "For each sample i: crop_resize of buffer[starts[i]:starts[i] + sizes[i]] with box\n"
+    "boxes[i] (float64, n x 4), mirrored when flips[i], the whole scan checked when checks[i]\n"
+    "(uint8 each), into row rows[i] (int64) of out (C-contiguous, rows of 3*out_h*out_w\n"
+    "items; uint8, or float32 with offset and factor). Returns int32 return codes as bytes,\n"
+    "one per sample: 0 ok, 1 damaged data, 2 for the general decoder, 3 no memory, 4 bad\n"
+    "arguments or not a JPEG, 5 over max_pixels. emulate_ns > 0 replaces each decode by a\n"
+    "wait of that many nanoseconds (bench/emulated_cores.py). Releases the GIL for the\n"
+    "whole chunk.";
+
+PyObject *tf_py_decode_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buffer", "starts", "sizes", "boxes", "flips", "checks", "rows", "out", "out_h",
+                             "out_w", "channels_first", "offset", "factor", "max_pixels", "emulate_ns", NULL};
+    PyObject *objs[7], *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
+    Py_buffer v[7], out;
+    int out_h, out_w, chw = 1;
+    long long max_pixels = 0, emulate_ns = 0;
+    float offset[3], factor[3];
+    Target t;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOii|pOOLL:decode_chunk", kwlist, &objs[0], &objs[1],
+                                     &objs[2], &objs[3], &objs[4], &objs[5], &objs[6], &out_obj, &out_h, &out_w,
+                                     &chw, &offset_obj, &factor_obj, &max_pixels, &emulate_ns))
+        return NULL;
+    Py_buffer first;
+    if (tf_typed_buffer(objs[1], "starts", 'q', -1, &first) < 0) return NULL;
+    const Py_ssize_t n = first.len / 8;
+    PyBuffer_Release(&first);
+    static const char *names[] = {"buffer", "starts", "sizes", "boxes", "flips", "checks", "rows"};
+    const Py_ssize_t counts[] = {-1, n, n, 4 * n, n, n, n};
+    if (typed_all(objs, names, "BqqdBBq", counts, 7, v) < 0) return NULL;
+    /* out's rows: its length over one row's bytes (checked exactly by tf_get_target) */
+    Py_buffer probe;
+    if (PyObject_GetBuffer(out_obj, &probe, PyBUF_SIMPLE) < 0) {
+        release_all(v, 7);
+        return NULL;
+    }
+    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
+    const Py_ssize_t row_bytes = (Py_ssize_t)3 * (out_h > 0 ? out_h : 1) * (out_w > 0 ? out_w : 1) * (normalise ? 4 : 1);
+    const Py_ssize_t nrows = probe.len / row_bytes;
+    PyBuffer_Release(&probe);
+    if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
+        release_all(v, 7);
+        return NULL;
+    }
+    const int64_t *starts = v[1].buf, *sizes = v[2].buf, *rows = v[6].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (sizes[i] < 0 || starts[i] < 0 || starts[i] + sizes[i] > v[0].len || rows[i] < 0 || rows[i] >= nrows) {
+            release_all(v, 7);
+            PyBuffer_Release(&out);
+            PyErr_Format(PyExc_ValueError, "sample %zd does not fit in the buffer or in out", i);
+            return NULL;
+        }
+    }
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!codes) {
+        release_all(v, 7);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    int32_t *status = (int32_t *)PyBytes_AsString(codes);
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    JpegWindow *j = tf_thread_state();
+    if (!j) {
+        nomem = 1;
+    } else {
+        tf_chunk_decode(j, (size_t)n, v[0].buf, starts, sizes, v[3].buf, v[4].buf, v[5].buf, rows, out.buf,
+                        (size_t)row_bytes, &t, max_pixels, emulate_ns, status);
+        tf_scratch_trim(tf_jpeg_scratch(j));
+        tf_thread_state_put(j);
+    }
+    Py_END_ALLOW_THREADS
+    release_all(v, 7);
+    PyBuffer_Release(&out);
+    if (nomem) {
+        Py_DECREF(codes);
+        return PyErr_NoMemory();
+    }
+    return codes;
+}

@@ -1,0 +1,244 @@
+"""decode.cpu per chunk (engine/chunks.py): the same batches as the per-sample path, bad
+samples through the same policy, storage faults raised, one native call per chunk."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import turbofeed
+from builders import encode, photo, write_tar
+from image_cases import cut_scan, ones_in_scan
+from turbofeed import transforms as T
+from turbofeed.decode import native
+from turbofeed.engine import chunks, choose
+from turbofeed.engine.chunks import ChunkedCpuDecode, chunk_size
+from turbofeed.errors import SampleError, StorageError
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native decoder is not built")
+
+
+def per_sample(monkeypatch):
+    """Turn the chunked path off: the fused decode runs per sample, as before it existed."""
+    monkeypatch.setattr(choose, "chunked", lambda *a, **k: False)
+
+
+def epoch(loader):
+    """Every batch of one epoch, copied (slots are reused)."""
+    return [[list(part) if isinstance(part, list) else part.numpy().copy() for part in batch] for batch in loader]
+
+
+def stage_of(loader) -> object:
+    it = iter(loader)
+    stage = it.engine.decode
+    it.close()
+    return stage
+
+
+def same_batches(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert len(x) == len(y)
+        for p, q in zip(x, y):
+            np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.parametrize("transform, channels_last, workers", [
+    (T.imagenet_train(64), False, 2),
+    (T.imagenet_train(64), False, 0),
+    (T.imagenet_eval(56, resize=64, normalize=True), True, 2),
+    (T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.Normalize()]), False, 3),
+])
+def test_chunks_give_the_per_sample_path_batches_bit_for_bit(shards, monkeypatch, transform, channels_last, workers):
+    kw = dict(batch_size=24, num_workers=workers, shuffle=True, seed=5, transform=transform,
+              channels_last=channels_last, return_keys=True)
+    loader = turbofeed.DataLoader(shards, **kw)
+    assert isinstance(stage_of(loader), ChunkedCpuDecode)
+    loader.set_epoch(1)
+    chunked = epoch(loader)
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(shards, **kw)
+    assert not isinstance(stage_of(reference), ChunkedCpuDecode)
+    reference.set_epoch(1)
+    same_batches(chunked, epoch(reference))
+
+
+def test_one_native_call_pair_per_chunk(shards, monkeypatch):
+    calls = {"read": 0, "decode": 0, "samples": 0}
+    read, decode = native.read_chunk, native.decode_chunk
+
+    def counting_read(*a, **k):
+        calls["read"] += 1
+        return read(*a, **k)
+
+    def counting_decode(*a, **k):
+        calls["decode"] += 1
+        calls["samples"] += len(a[1])
+        return decode(*a, **k)
+
+    monkeypatch.setattr(native, "read_chunk", counting_read)
+    monkeypatch.setattr(native, "decode_chunk", counting_decode)
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32))
+    n = sum(len(labels) for _, labels in loader)
+    chunk = chunk_size(40, 2)
+    assert n == 120 and chunk == 20
+    assert calls == {"read": 6, "decode": 6, "samples": 120}
+
+
+def test_chunk_size_follows_threads_within_bounds():
+    assert chunk_size(256, 16) == 16 and chunk_size(256, 8) == 32 and chunk_size(256, 2) == 64
+    assert chunk_size(256, 64) == 16  # never below the floor
+    assert chunk_size(8, 1) == 8  # never more than a batch
+    assert chunk_size(256, 0) == 64
+
+
+def bad_shard(tmp_path) -> tuple[str, dict[str, str]]:
+    """A shard of good JPEGs with bad ones among them, each a different failure."""
+    good = [encode(photo(60 + i, 80, seed=i), quality=90) for i in range(30)]
+    damaged = ones_in_scan(good[3])  # header intact, scan damaged below any crop
+    bad = {
+        "05": cut_scan(good[5]),             # truncated: no EOI (the general decoder judges)
+        "09": damaged,                        # damaged entropy data
+        "13": b"not an image at all" * 10,   # not an image
+        "17": encode(photo(50, 50).convert("CMYK"), quality=90),  # CMYK: the general path, good
+        "21": encode(photo(50, 50), "PNG"),  # PNG: the general path, good
+    }
+    members = []
+    for i, jpg in enumerate(good):
+        key = f"{i:02d}"
+        members += [(f"{key}.jpg", bad.get(key, jpg)), (f"{key}.cls", str(i).encode())]
+    path = str(tmp_path / "bad.tar")
+    write_tar(path, members)
+    return path, {"05": "truncated", "09": "damaged", "13": "not an image"}
+
+
+@pytest.mark.parametrize("on_error", ["replace", "skip"])
+def test_bad_samples_take_the_per_sample_policy(tmp_path, monkeypatch, on_error):
+    path, _ = bad_shard(tmp_path)
+    kw = dict(batch_size=10, num_workers=2, shuffle=True, seed=1, transform=T.imagenet_train(32),
+              on_error=on_error, return_keys=True)
+    loader = turbofeed.DataLoader(path, **kw)
+    assert isinstance(stage_of(loader), ChunkedCpuDecode)
+    got, stats = epoch(loader), loader.stats.as_dict()
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(path, **kw)
+    same_batches(got, epoch(reference))
+    assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == 3
+    delivered = {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
+    assert not delivered & {"05", "09", "13"} and {"17", "21"} <= delivered
+
+
+def test_raise_names_the_shard_and_key(tmp_path):
+    path, _ = bad_shard(tmp_path)
+    loader = turbofeed.DataLoader(path, batch_size=30, num_workers=2, shuffle=False,
+                                  transform=T.imagenet_train(32), on_error="raise")
+    with pytest.raises(SampleError) as err:
+        list(loader)
+    assert err.value.shard == path and err.value.key == "05"
+
+
+def test_damage_below_every_crop_is_caught_in_the_first_epoch(tmp_path):
+    """The first decode checks the whole scan: damage past the crop's last row is found
+    at once, not in a later epoch whose crop reaches it."""
+    good = [encode(photo(200, 200, seed=i), quality=90) for i in range(8)]
+    members = []
+    for i, jpg in enumerate(good):
+        data = ones_in_scan(jpg, fraction=0.95) if i == 4 else jpg
+        members += [(f"{i}.jpg", data), (f"{i}.cls", b"1")]
+    path = str(tmp_path / "late.tar")
+    write_tar(path, members)
+    # the centre 20 x 20 only: the damage lies in the bottom rows, below the crop
+    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=1, transform=T.Compose([T.CenterCrop(20)]),
+                                  on_error="skip")
+    sizes = [len(labels) for _, labels in loader]
+    assert sizes == [7] and loader.stats.as_dict()["errors"] == {"decode.cpu": 1}
+
+
+def test_a_shard_replaced_during_the_pass_raises(tmp_path):
+    members = [(f"{i}.jpg", encode(photo(64, 64, seed=i), quality=90)) for i in range(64)]
+    path = write_tar(str(tmp_path / "s.tar"), members)
+    loader = turbofeed.DataLoader(path, batch_size=16, num_workers=1, prefetch=1, transform=T.imagenet_train(32))
+    it = iter(loader)
+    next(it)
+    os.utime(path, ns=(1, 1))  # a change to the indexed file (its ctime and mtime move)
+    with pytest.raises(StorageError, match="s.tar"):
+        for _ in it:
+            pass
+
+
+def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
+    read = native.read_chunk
+
+    def failing(fds, *a):
+        head = read(fds, *a).copy()
+        head[-1] = (native.READ_ERRNO, 5, 0)  # EIO from the device (cannot be made on a healthy disk)
+        return head
+
+    monkeypatch.setattr(native, "read_chunk", failing)
+    with pytest.raises(StorageError, match="Input/output error"):
+        list(loader)
+
+
+def test_native_calls_report_each_sample(tmp_path):
+    """read_chunk and decode_chunk alone: statuses per sample, rows where asked."""
+    jpgs = [encode(photo(40, 50, seed=i), quality=90) for i in range(3)]
+    png = encode(photo(40, 50), "PNG")
+    blobs = [jpgs[0], png, jpgs[1], jpgs[2]]
+    path = tmp_path / "raw"
+    path.write_bytes(b"".join(blobs))
+    st = os.stat(path)
+    sizes = np.array([len(b) for b in blobs], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        stamps = np.tile([st.st_size, st.st_mtime_ns, st.st_ctime_ns], (4, 1)).astype(np.int64)
+        buf = np.zeros(int(sizes.sum()), np.uint8)
+        head = native.read_chunk(np.full(4, fd, np.int32), offsets, sizes, stamps, buf, offsets)
+        assert head.tolist() == [[0, 40, 50], [1, 0, 0], [0, 40, 50], [0, 40, 50]]
+        assert bytes(buf) == path.read_bytes()
+        stamps[2, 2] += 1  # another ctime: not the indexed file
+        assert native.read_chunk(np.full(4, fd, np.int32), offsets, sizes, stamps, buf, offsets)[2, 0] == \
+            native.READ_CHANGED
+    finally:
+        os.close(fd)
+    out = np.zeros((5, 3, 20, 20), np.uint8)
+    take = np.array([0, 2, 3])
+    codes = native.decode_chunk(buf, offsets[take], sizes[take], np.tile([0.0, 0.0, 50.0, 40.0], (3, 1)),
+                                np.array([0, 1, 0], np.uint8), np.ones(3, np.uint8), np.array([4, 0, 2]), out)
+    assert codes.tolist() == [0, 0, 0]
+    for row, i, flip in ((4, 0, False), (0, 2, True), (2, 3, False)):
+        expected = np.empty((3, 20, 20), np.uint8)
+        native.crop_resize(blobs[i], (0.0, 0.0, 50.0, 40.0), expected, flip=flip)
+        np.testing.assert_array_equal(out[row], expected)
+    assert not out[1].any() and not out[3].any()  # rows not asked for are left alone
+    codes = native.decode_chunk(buf, offsets[1:2], sizes[1:2], np.array([[0.0, 0.0, 50.0, 40.0]]),
+                                np.zeros(1, np.uint8), np.ones(1, np.uint8), np.array([1]), out)
+    assert codes.tolist() == [native.RC_VALUE]
+
+
+def test_emulated_decode_waits_without_decoding(tmp_path):
+    buf = np.frombuffer(b"\xff\xd8 not decoded", np.uint8).copy()
+    out = np.zeros((2, 3, 8, 8), np.uint8)
+    codes = native.decode_chunk(buf, np.zeros(2, np.int64), np.full(2, len(buf), np.int64),
+                                np.tile([0.0, 0.0, 8.0, 8.0], (2, 1)), np.zeros(2, np.uint8), np.zeros(2, np.uint8),
+                                np.arange(2), out, emulate_s=0.001)
+    assert codes.tolist() == [0, 0]
+
+
+def test_arguments_are_checked():
+    buf = np.zeros(10, np.uint8)
+    out = np.zeros((1, 3, 8, 8), np.uint8)
+    one = np.zeros(1, np.int64)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.decode_chunk(buf, one, np.array([11]), np.zeros((1, 4)), np.zeros(1, np.uint8),
+                            np.zeros(1, np.uint8), one, out)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.decode_chunk(buf, one, one, np.zeros((1, 4)), np.zeros(1, np.uint8), np.zeros(1, np.uint8),
+                            np.array([1]), out)
+    with pytest.raises(ValueError, match="boxes"):
+        native.decode_chunk(buf, one, one, np.zeros((1, 3)), np.zeros(1, np.uint8), np.zeros(1, np.uint8), one, out)
+    with pytest.raises(ValueError, match="int32"):
+        native.read_chunk(np.zeros(1, np.int64), one, one, np.zeros((1, 3), np.int64), buf, one)
