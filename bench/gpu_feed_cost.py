@@ -26,16 +26,30 @@ the timers are exact; they read the thread's CPU time, so time spent preempted o
 machine does not count); each figure is the best of ``--repeats`` epochs, in us.
 ``feed_thread_cpu_us_per_sample`` runs the feeding work on one thread instead: its CPU
 time per sample, reads included, with the executor's queue that the one-thread run skips.
-``gil_us_per_sample`` adds up what holds the GIL: feed without the reads, caller,
-prepare without the copy made without the GIL. This is not a GPU measurement: it is the
+``gil_us_per_sample`` adds up what holds the GIL: feed without the reads (and the
+native calls that release the GIL, where the feed makes them), caller, prepare without
+the copy made without the GIL. ``caller_thread_cpu_us_per_sample`` is the whole loop's
+thread CPU time, reads and all, less the stand-in decoder's: a check that the timers
+above see the whole feed. This is not a GPU measurement: it is the
 GIL time per sample that caps the GPU loader's rate (about 40-50 us on the H100 host).
 
-    python bench/gpu_feed_cost.py [--data DIR] [--shards 2] [--repeats 5] [--profile OUT.txt]
+``--path cpu`` measures the CPU path the same way (issue 35): the train preset at 224 px
+into batch slots, ``num_workers=0``, each image's decode replaced by a wait without the
+GIL (:func:`emulated_decode`, as bench/emulated_cores.py does; a wait costs no thread
+CPU time), so the caller's thread CPU time per sample, less the native calls that run
+without the GIL (the chunk's reads, the waits), is the Python that holds the GIL: the
+plan, the index, the crop windows, the policy, the slot, the delivery. On either path,
+by default the per-chunk work where the loader takes it; ``--per-sample`` forces the
+per-sample path (what every image took before issue 35).
+
+    python bench/gpu_feed_cost.py [--per-sample] [--data DIR] [--shards 2] [--repeats 5] [--profile OUT.txt]
+    python bench/gpu_feed_cost.py --path cpu [--per-sample] [--wait-ms 1.5] [--data DIR] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import glob
 import io
@@ -44,13 +58,15 @@ import os
 import pstats
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.engine import decode_gpu, stream
+from turbofeed.decode import native
+from turbofeed.engine import choose, decode_gpu, stream
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # CPU time of the calling thread: time the thread spends preempted (these machines are
@@ -78,65 +94,139 @@ class TinyDecoder:
         return out
 
 
-class PreadTimer:
-    """Seconds in ``os.pread`` (the read itself runs without the GIL), wrapped."""
+@contextlib.contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` inside the block, what it was after it."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+def timed(function: Callable[..., Any], add: Callable[[float], None]) -> Callable[..., Any]:
+    """``function`` with the thread CPU seconds of each call given to ``add``."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        started = clock()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            add(clock() - started)
+    return call
+
+
+class Seconds:
+    """A running total of seconds, for :func:`timed`."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        pread = os.pread
 
-        def timed(fd: int, n: int, offset: int) -> bytes:
-            started = clock()
-            try:
-                return pread(fd, n, offset)
-            finally:
-                self.seconds += clock() - started
+    def add(self, seconds: float) -> None:
+        self.seconds += seconds
 
-        os.pread = timed  # type: ignore[assignment]
+
+@contextlib.contextmanager
+def pread_timer() -> Iterator[Seconds]:
+    """Seconds in ``os.pread`` (the read itself runs without the GIL), inside the block."""
+    total = Seconds()
+    with patched(os, "pread", timed(os.pread, total.add)):
+        yield total
 
 
 class Timers:
-    """Seconds in the worker threads' task per sample (``_Runner.run``: the bad-sample
-    policy's bookkeeping around ``GpuDecode.fill``) and in ``GpuDecode.finish`` (wrapped
-    at class level)."""
+    """Seconds in the worker threads' tasks (``_Runner.run`` per sample: the bad-sample
+    policy's bookkeeping around ``GpuDecode.fill``; ``_Runner.run_chunk`` per chunk, with
+    the positions it leaves to ``run`` counted once) and in ``GpuDecode.finish`` (wrapped
+    at class level inside :meth:`installed`; one thread: ``num_workers=0``)."""
 
     def __init__(self) -> None:
         self.fill = 0.0
         self.finish = 0.0
-        fill, finish = stream._Runner.run, decode_gpu.GpuDecode.finish
+        self.depth = 0  # tasks running in this thread: only the outermost one counts
 
-        def timed_fill(runner: Any, *args: Any) -> None:
+    def task(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            self.depth += 1
             started = clock()
             try:
-                fill(runner, *args)
+                return function(*args)
             finally:
-                self.fill += clock() - started
+                self.depth -= 1
+                if not self.depth:
+                    self.fill += clock() - started
+        return call
 
-        def timed_finish(stage: Any, job: Any) -> Any:
-            started = clock()
-            try:
-                return finish(stage, job)
-            finally:
-                self.finish += clock() - started
+    def add_finish(self, seconds: float) -> None:
+        self.finish += seconds
 
-        stream._Runner.run = timed_fill  # type: ignore[method-assign]
-        decode_gpu.GpuDecode.finish = timed_finish  # type: ignore[method-assign]
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["Timers"]:
+        runner = stream._Runner
+        with patched(runner, "run", self.task(runner.run)), patched(runner, "run_chunk", self.task(runner.run_chunk)), \
+                patched(decode_gpu.GpuDecode, "finish", timed(decode_gpu.GpuDecode.finish, self.add_finish)):
+            yield self
 
 
-def epochs(loader: Any, decoder: TinyDecoder, timers: Timers, reads: PreadTimer, count: int,
+@contextlib.contextmanager
+def emulated_decode(wait_s: float) -> Iterator[None]:
+    """Inside the block every CPU decode of an image is a wait of ``wait_s`` seconds that
+    holds no GIL, everything around it unchanged: ``native.decode_chunk`` (the per-chunk
+    path) with ``emulate_s`` (the C code waits in place of each decode), and
+    ``native.crop_resize`` (the per-sample path) by ``time.sleep``. No pixel is written."""
+    decode_chunk = native.decode_chunk
+
+    def chunk(*args: Any, **kwargs: Any) -> Any:
+        return decode_chunk(*args, **{**kwargs, "emulate_s": wait_s})
+
+    def per_sample(*args: Any, **kwargs: Any) -> None:
+        time.sleep(wait_s)
+
+    with patched(native, "decode_chunk", chunk), patched(native, "crop_resize", per_sample):
+        yield
+
+
+@contextlib.contextmanager
+def per_sample_path(on: bool = True) -> Iterator[None]:
+    """With ``on``, passes started inside the block run per sample, not per chunk (the
+    CPU decode and the GPU path's feeding threads): as every sample ran before issue 35,
+    and as it still does for the options the chunks do not take."""
+    if not on:
+        yield
+        return
+    with patched(choose, "chunked", lambda *args, **kwargs: False):
+        yield
+
+
+@contextlib.contextmanager
+def gil_free_timer() -> Iterator[Seconds]:
+    """Thread CPU seconds in the native calls that release the GIL (a chunk's reads, the
+    decodes or their waits, whatever is installed when the block starts), inside it."""
+    total = Seconds()
+    with patched(native, "read_chunk", timed(native.read_chunk, total.add)), \
+            patched(native, "decode_chunk", timed(native.decode_chunk, total.add)), \
+            patched(native, "crop_resize", timed(native.crop_resize, total.add)):
+        yield total
+
+
+def epochs(loader: Any, decoder: TinyDecoder, timers: Timers, reads: Seconds, native_s: Seconds, count: int,
            profile: cProfile.Profile | None = None) -> list[dict[str, float]]:
     out = []
     for _ in range(count):
-        timers.fill = timers.finish = decoder.seconds = reads.seconds = 0.0
+        timers.fill = timers.finish = decoder.seconds = reads.seconds = native_s.seconds = 0.0
         images = 0
         if profile is not None:
             profile.enable()
+        started = clock()
         for x, _ in loader:
             images += len(x)
+        total = clock() - started
         if profile is not None:
             profile.disable()
         out.append({"feed_us": 1e6 * timers.fill / images, "pread_us": 1e6 * reads.seconds / images,
-                    "caller_us": 1e6 * (timers.finish - decoder.seconds) / images, "images": images})
+                    "native_us": 1e6 * native_s.seconds / images,
+                    "caller_us": 1e6 * (timers.finish - decoder.seconds) / images,
+                    "loop_us": 1e6 * (total - decoder.seconds) / images, "images": images})
     return out
 
 
@@ -198,8 +288,117 @@ def feed_thread_cpu(shards: list[str], batch_size: int, repeats: int) -> float:
     return round(min(out), 1)
 
 
+def gpu_costs(shards: list[str], batch_size: int, repeats: int, *, per_sample: bool = False,
+              profile: str | None = None, threaded: bool = True) -> dict[str, Any]:
+    """The GPU loader's figures (the module docstring), ``gil_us_per_sample`` among them;
+    ``per_sample``: :func:`per_sample_path`; ``profile``: write a cProfile of one more
+    epoch there; ``threaded``: also ``feed_thread_cpu_us_per_sample`` (one more loader)."""
+    decoder = TinyDecoder()
+    loader = turbofeed.DataLoader(shards, batch_size=batch_size, num_workers=0, shuffle=True, drop_last=True,
+                                  transform=T.imagenet_train(16), gpu_decode=decoder)
+    try:  # each pass chooses its decode stage when it starts: the patches hold for the passes
+        with per_sample_path(per_sample), Timers().installed() as timers, pread_timer() as reads, \
+                gil_free_timer() as native_s:
+            first = epochs(loader, decoder, timers, reads, native_s, 1)[0]  # every scan checked once
+            later = epochs(loader, decoder, timers, reads, native_s, repeats)
+            if profile:
+                write_profile(profile, lambda p: epochs(loader, decoder, timers, reads, native_s, 1, p))
+        errors = dict(loader.stats.errors)
+    finally:
+        loader.close()
+
+    def best(key: str) -> float:
+        return round(min(e[key] for e in later), 1)
+
+    result: dict[str, Any] = {
+        "images_per_epoch": later[0]["images"],
+        "feed_us_per_sample": best("feed_us"),
+        "of_which_pread_us": best("pread_us"),
+        "of_which_gil_free_native_us": best("native_us"),
+        "caller_us_per_image": best("caller_us"),
+        "caller_thread_cpu_us_per_sample": best("loop_us"),
+        "first_epoch_feed_us_per_sample": round(first["feed_us"], 1),
+    }
+    if threaded:
+        with per_sample_path(per_sample):
+            result["feed_thread_cpu_us_per_sample"] = feed_thread_cpu(shards, batch_size, repeats)
+    result.update({k: round(v, 1) for k, v in prepare_cost(shards, batch_size, repeats).items()})
+    result["errors"] = errors
+    # what holds the GIL: all of it but the reads (and native calls without the GIL) and the joined copy
+    result["gil_us_per_sample"] = round(result["feed_us_per_sample"] - result["of_which_pread_us"]
+                                        - result["of_which_gil_free_native_us"] + result["caller_us_per_image"] + result["sendable_us"]
+                                        + result["byte_tensors_us"] - result["copy_without_gil_us"], 1)
+    return result
+
+
+def cpu_costs(shards: list[str], batch_size: int, repeats: int, wait_s: float, *, per_sample: bool = False,
+              profile: str | None = None) -> dict[str, Any]:
+    """The CPU path's Python per sample (the module docstring): a train-preset loader with
+    ``num_workers=0`` (all of it in this thread) and :func:`emulated_decode`; per epoch,
+    this thread's CPU time less the GIL-free native calls and ``os.pread``; the best of
+    ``repeats`` epochs after the first. ``per_sample``: :func:`per_sample_path`."""
+    loader = turbofeed.DataLoader(shards, batch_size=batch_size, num_workers=0, shuffle=True, drop_last=True,
+                                  transform=T.imagenet_train(224))
+    runs = []
+    try:  # each pass chooses its decode stage when it starts: the patches hold for the passes
+        with per_sample_path(per_sample), emulated_decode(wait_s), gil_free_timer() as native_s, \
+                pread_timer() as reads:
+            for _ in range(1 + repeats):
+                runs.append(cpu_epoch(loader, native_s, reads))
+            if profile:
+                write_profile(profile, lambda p: cpu_epoch(loader, native_s, reads, p))
+        errors = dict(loader.stats.errors)
+    finally:
+        loader.close()
+    later = runs[1:]
+
+    def best(key: str) -> float:
+        return round(min(r[key] for r in later), 1)
+
+    return {"images_per_epoch": later[0]["images"], "path": "per sample" if per_sample else "per chunk",
+            "thread_cpu_us_per_sample": best("thread_us"), "of_which_gil_free_native_us": best("native_us"),
+            "of_which_pread_us": best("pread_us"), "first_epoch_gil_us_per_sample": round(runs[0]["gil_us"], 1),
+            "errors": errors, "gil_us_per_sample": best("gil_us")}
+
+
+def cpu_epoch(loader: Any, native_s: Seconds, reads: Seconds,
+              profile: cProfile.Profile | None = None) -> dict[str, float]:
+    """One epoch of :func:`cpu_costs`' loader: this thread's CPU us per sample, in all, in
+    GIL-free native calls, in ``os.pread``, and what is left (holding the GIL)."""
+    native_s.seconds = reads.seconds = 0.0
+    images = 0
+    if profile is not None:
+        profile.enable()
+    started = clock()
+    for x, _ in loader:
+        images += len(x)
+    total = clock() - started
+    if profile is not None:
+        profile.disable()
+    out = {"images": images, "thread_us": 1e6 * total / images, "native_us": 1e6 * native_s.seconds / images,
+           "pread_us": 1e6 * reads.seconds / images}
+    out["gil_us"] = out["thread_us"] - out["native_us"] - out["pread_us"]
+    return out
+
+
+def write_profile(path: str, run: Callable[[cProfile.Profile], Any]) -> None:
+    """``run(profile)``, then the profile's top functions by own and by cumulative time to ``path``."""
+    profile = cProfile.Profile()
+    run(profile)
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(60)
+    with open(path, "w") as f:
+        f.write(text.getvalue())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", choices=["gpu", "cpu"], default="gpu", help="the loader path measured")
+    parser.add_argument("--per-sample", action="store_true", help="force the per-sample path")
+    parser.add_argument("--wait-ms", type=float, default=1.5,
+                        help="--path cpu: each image's emulated decode, ms (a wait costs no CPU time)")
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -214,45 +413,11 @@ def main() -> int:
     if not shards:
         print(f"gpu_feed_cost.py: no .tar shards in {args.data} (bench/make_imagenet_like data)", file=sys.stderr)
         return 2
-    decoder = TinyDecoder()
-    timers = Timers()
-    reads = PreadTimer()
-    loader = turbofeed.DataLoader(shards, batch_size=args.batch_size, num_workers=0, shuffle=True, drop_last=True,
-                                  transform=T.imagenet_train(16), gpu_decode=decoder)
-    try:
-        first = epochs(loader, decoder, timers, reads, 1)[0]  # every scan checked once
-        later = epochs(loader, decoder, timers, reads, args.repeats)
-        if args.profile:
-            profile = cProfile.Profile()
-            epochs(loader, decoder, timers, reads, 1, profile)
-            text = io.StringIO()
-            stats = pstats.Stats(profile, stream=text)
-            stats.sort_stats("tottime").print_stats(40)
-            stats.sort_stats("cumulative").print_stats(60)
-            with open(args.profile, "w") as f:
-                f.write(text.getvalue())
-        errors = dict(loader.stats.errors)
-    finally:
-        loader.close()
-    threaded = feed_thread_cpu(shards, args.batch_size, args.repeats)
-
-    def best(key: str) -> float:
-        return round(min(e[key] for e in later), 1)
-
-    result: dict[str, Any] = {
-        "images_per_epoch": later[0]["images"],
-        "feed_us_per_sample": best("feed_us"),
-        "of_which_pread_us": best("pread_us"),
-        "caller_us_per_image": best("caller_us"),
-        "first_epoch_feed_us_per_sample": round(first["feed_us"], 1),
-        "feed_thread_cpu_us_per_sample": threaded,
-        **{k: round(v, 1) for k, v in prepare_cost(shards, args.batch_size, args.repeats).items()},
-        "errors": errors,
-    }
-    # what holds the GIL: all of it but the reads and the joined copy
-    result["gil_us_per_sample"] = round(result["feed_us_per_sample"] - result["of_which_pread_us"]
-                                        + result["caller_us_per_image"] + result["sendable_us"]
-                                        + result["byte_tensors_us"] - result["copy_without_gil_us"], 1)
+    if args.path == "cpu":
+        result = cpu_costs(shards, args.batch_size, args.repeats, args.wait_ms / 1e3, per_sample=args.per_sample,
+                           profile=args.profile)
+    else:
+        result = gpu_costs(shards, args.batch_size, args.repeats, per_sample=args.per_sample, profile=args.profile)
     print(json.dumps(result))
     return 0
 

@@ -24,7 +24,7 @@
  *     intact and the damaged JPEG of (b) through tf_jpeg_sizes (the intact one's size
  *     must come back, with or without the first read's 16 KiB cut), at random offsets;
  * (d) a chunk (chunk.c): the intact and a damaged JPEG of (b) and random bytes in a file,
- *     through tf_chunk_read (exact buffer, a wrong identity stamp now and then: the intact
+ *     through tf_chunk_read (exact buffer, scans checked or not, a wrong identity stamp now and then: the intact
  *     one must give its size, a wrong stamp TF_READ_CHANGED) and tf_chunk_decode into
  *     random rows of one batch (the intact one must give what tf_jpeg_crop_resize gives).
  * Every buffer handed to the code under test has its exact size and the scratch buffers
@@ -512,7 +512,10 @@ static void fuzz_chunk(JpegWindow *jw, const Jpeg *j) {
     }
     unsigned char *buf = xmalloc((size_t)at + 1);
     int32_t head[3 * N];
-    tf_chunk_read(jw, N, fds, offsets, sizes, stamps, buf, starts, head);
+    uint8_t read_checks[N];
+    for (int i = 0; i < N; i++) read_checks[i] = (uint8_t)chance(50);
+    tf_chunk_read(jw, N, fds, offsets, sizes, stamps, buf, starts, chance(50) ? read_checks : NULL, 1 << 22, head);
+    release(tf_jpeg_scratch(jw));
     for (int i = 0; i < N; i++) {
         const int32_t status = head[3 * i];
         CHECK(status >= TF_READ_OK && status <= TF_READ_SHORT, "read status %d", status);

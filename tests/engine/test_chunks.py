@@ -172,8 +172,8 @@ def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
     read = native.read_chunk
 
-    def failing(fds, *a):
-        head = read(fds, *a).copy()
+    def failing(*a, **k):
+        head = read(*a, **k).copy()
         head[-1] = (native.READ_ERRNO, 5, 0)  # EIO from the device (cannot be made on a healthy disk)
         return head
 
@@ -219,6 +219,30 @@ def test_native_calls_report_each_sample(tmp_path):
     assert codes.tolist() == [native.RC_VALUE]
 
 
+def test_read_chunk_checks_scans_and_the_pixel_limit_where_asked(tmp_path):
+    good = encode(photo(80, 60, seed=1), quality=90)
+    blobs = [good, ones_in_scan(good, fraction=0.9), good]
+    path = tmp_path / "raw"
+    path.write_bytes(b"".join(blobs))
+    st = os.stat(path)
+    sizes = np.array([len(b) for b in blobs], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    stamps = np.tile([st.st_size, st.st_mtime_ns, st.st_ctime_ns], (3, 1)).astype(np.int64)
+    buf = np.zeros(int(sizes.sum()), np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        def read(**kw):
+            return native.read_chunk(np.full(3, fd, np.int32), offsets, sizes, stamps, buf, offsets, **kw)[:, 0]
+
+        assert read().tolist() == [0, 0, 0]  # the header of the damaged one reads
+        assert read(checks=np.array([1, 1, 1], bool)).tolist() == [0, native.READ_BAD, 0]
+        assert read(checks=np.array([1, 0, 1], bool)).tolist() == [0, 0, 0]
+        assert read(max_pixels=80 * 60 - 1).tolist() == [native.READ_BAD] * 3
+        assert read(max_pixels=80 * 60).tolist() == [0, 0, 0]
+    finally:
+        os.close(fd)
+
+
 def test_emulated_decode_waits_without_decoding(tmp_path):
     buf = np.frombuffer(b"\xff\xd8 not decoded", np.uint8).copy()
     out = np.zeros((2, 3, 8, 8), np.uint8)
@@ -242,3 +266,40 @@ def test_arguments_are_checked():
         native.decode_chunk(buf, one, one, np.zeros((1, 3)), np.zeros(1, np.uint8), np.zeros(1, np.uint8), one, out)
     with pytest.raises(ValueError, match="int32"):
         native.read_chunk(np.zeros(1, np.int64), one, one, np.zeros((1, 3), np.int64), buf, one)
+
+
+def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatch):
+    from turbofeed.engine.decode_gpu import ChunkedGpuDecode
+    from turbofeed.testing import CpuStandInDecoder
+
+    kw = dict(batch_size=24, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(40), return_keys=True)
+    loader = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)
+    assert isinstance(stage_of(loader), ChunkedGpuDecode)
+    got = epoch(loader)
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)
+    assert not isinstance(stage_of(reference), ChunkedGpuDecode)
+    same_batches(got, epoch(reference))
+
+
+def test_gpu_feed_per_chunk_keeps_bad_samples_from_the_decoder(tmp_path):
+    from turbofeed.testing import CpuStandInDecoder
+
+    class Recording(CpuStandInDecoder):
+        seen: list[bytes] = []
+
+        def decode(self, datas):
+            self.seen += [bytes(d) for d in datas]
+            return super().decode(datas)
+
+    path, _ = bad_shard(tmp_path)
+    decoder = Recording()
+    loader = turbofeed.DataLoader(path, batch_size=10, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=decoder, on_error="skip", return_keys=True)
+    keys = {k.rsplit("/", 1)[1] for _ in range(2) for _, _, ks in loader for k in ks}
+    assert keys == {f"{i:02d}" for i in range(30)} - {"05", "09", "13"}
+    assert all(d[:2] == b"\xff\xd8" for d in decoder.seen)  # not the non-image
+    with open(path, "rb") as f:
+        raw = f.read()
+    damaged = ones_in_scan(encode(photo(63, 80, seed=3), quality=90))
+    assert damaged in raw and damaged not in decoder.seen  # checked on the CPU first, never sent

@@ -249,28 +249,34 @@ def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 # path's Python runs once per chunk around them (turbofeed.engine.chunks).
 
 #: :func:`read_chunk`'s statuses: read, a JPEG the crop decoder takes; read, for the
-#: general decoder; the file changed; the read failed (errno); fewer bytes than indexed.
-READ_OK, READ_GENERAL, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2, 3, 4
+#: general decoder; read, bad data (the per-sample path names it); the file changed; the
+#: read failed (errno); fewer bytes than indexed. From READ_CHANGED on: storage faults.
+READ_OK, READ_GENERAL, READ_BAD, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2, 3, 4, 5
 #: :func:`decode_chunk`'s return codes (resample.h): decoded; damaged; for the general
 #: decoder; no memory; bad arguments or not a JPEG; over the pixel limit.
 RC_OK, RC_JPEG, RC_FALLBACK, RC_NOMEM, RC_VALUE, RC_TOO_LARGE = 0, 1, 2, 3, 4, 5
 
 
-def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray, buffer: np.ndarray,
-               starts: np.ndarray) -> np.ndarray:
+def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray,
+               buffer: np.ndarray | bytearray, starts: np.ndarray, *, checks: np.ndarray | None = None,
+               max_pixels: int | None | DefaultLimit = None) -> np.ndarray:
     """Read a chunk of samples into ``buffer`` and their JPEG headers, in one call that
     releases the GIL: for sample ``i``, ``sizes[i]`` bytes at ``offsets[i]`` of descriptor
     ``fds[i]`` (int32; -1: already in ``buffer``) go to ``buffer[starts[i]:]``; then one
     ``fstat`` must show the shard's identity ``stamps[i]`` (size, mtime_ns, ctime_ns), so
-    the bytes are the indexed ones (:mod:`turbofeed.io.local.files`).
+    the bytes are the indexed ones (:mod:`turbofeed.io.local.files`). With
+    ``max_pixels``, an image over the limit is bad data; with ``checks`` (uint8 or bool
+    per sample), those samples' whole scans are checked (:func:`check`'s verdict).
 
     Returns:
         int32 ``(n, 3)``: (status, height, width) per sample; status :data:`READ_OK`,
         :data:`READ_GENERAL` (not a JPEG the crop decoder takes: CMYK, no readable
-        header), :data:`READ_CHANGED`, :data:`READ_ERRNO` (the errno in place of the
-        height) or :data:`READ_SHORT`.
+        header), :data:`READ_BAD` (over the limit, or a damaged scan), :data:`READ_CHANGED`,
+        :data:`READ_ERRNO` (the errno in place of the height) or :data:`READ_SHORT`.
     """
-    out = _crop.read_chunk(fds, offsets, sizes, stamps, buffer, starts)
+    extra = {} if checks is None else {"checks": checks.view(np.uint8)}
+    out = _crop.read_chunk(fds, offsets, sizes, stamps, buffer, starts, max_pixels=resolve(max_pixels) or 0,
+                           **extra)
     return np.frombuffer(out, np.int32).reshape(-1, 3)
 
 

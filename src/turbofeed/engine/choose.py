@@ -128,8 +128,11 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         first = 0 if transform is None else len(transform.ops)  # ``work`` has the fused ops alone
         return augment_stage(work, batch_size, callables, first=first, user_errors=user_errors)
     if decoder is not None:
-        from .decode_gpu import GpuDecode
+        from .decode_gpu import ChunkedGpuDecode, GpuDecode
 
+        if hybrid is None and pool is not None and transform is not None and chunked(work):
+            return ChunkedGpuDecode(decoder, work, transform, plan, policy, batch_size=batch_size,
+                                    chunk=chunk_size(batch_size, num_workers), channels_last=channels_last)
         gpu = GpuDecode(decoder, work, transform, plan, policy, batch_size=batch_size, stacked=pool is not None,
                         channels_last=channels_last)
         if hybrid is None:
@@ -145,7 +148,7 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         spec = transform.output
         dtype = np.dtype(np.uint8) if spec is None else spec.dtype
         slots = pool(dtype, channels_last)
-        if chunked(work, slots, channels_first=not channels_last):
+        if isinstance(slots, SlotPool) and chunked(work, output=True):
             return ChunkedCpuDecode(work, slots, channels_first=not channels_last, plan=plan, policy=policy,
                                     chunk=chunk_size(batch_size, num_workers))
         return FusedCpuDecode(work, slots, channels_first=not channels_last)

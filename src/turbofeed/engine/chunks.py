@@ -32,6 +32,7 @@ import math
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,6 +40,7 @@ import numpy as np
 from ..decode import native
 from ..errors import StorageError
 from ..io.local.files import what_changed
+from ..io.local.ranges import ChunkFiles
 from ..plan import EpochPlan
 from .checked import CHECKED
 from .policy import PassPolicy
@@ -64,18 +66,108 @@ def chunk_size(batch_size: int, num_workers: int) -> int:
     return max(1, min(batch_size, MAX_CHUNK, max(MIN_CHUNK, per_thread)))
 
 
-def chunked(work: SampleWork, pool: object, *, channels_first: bool) -> bool:
-    """Whether a fused CPU decode with these options can run per chunk: the native
-    decoder is on, the transform's windows have an array form, one slot size, uint8 or
-    float32 output, no EXIF orientation (turned per sample) and the image is the table's
-    own member (no ``fields=`` picking another)."""
+def chunked(work: SampleWork, *, output: bool = False) -> bool:
+    """Whether a pass of ``work`` can feed its decode per chunk: the native decoder is
+    on, the transform's windows have an array form, no EXIF orientation (turned per
+    sample) and the image is the table's own member (no ``fields=`` picking another);
+    with ``output`` (the native decode writes the slot), uint8 or float32 output."""
     transform = work.transform
     if not work.native or transform is None or work.orient or work.image_exts is not None:
         return False
-    if not isinstance(pool, SlotPool) or not getattr(transform, "vectorized", True):  # TEMPORARY
+    if not getattr(transform, "vectorized", True):  # TEMPORARY
         return False
     spec = transform.output
-    return spec is None or spec.dtype == np.float32
+    return not output or spec is None or spec.dtype == np.float32
+
+
+@dataclass
+class Chunk:
+    """A chunk's samples once read (:meth:`ChunkReader.read`), row ``i`` for position
+    ``js[i]`` of the job: sample ``gids[i]``, its bytes ``buffer[starts[i]:starts[i] +
+    sizes[i]]``, its read ``status`` (:func:`~turbofeed.decode.native.read_chunk`) and
+    header size; ``left``: positions left to the per-sample path before any read."""
+
+    js: np.ndarray
+    gids: np.ndarray
+    buffer: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    status: np.ndarray
+    heights: np.ndarray
+    widths: np.ndarray
+    left: list[int]
+
+    def ok(self) -> np.ndarray:
+        """Rows read as JPEGs the native decoders take."""
+        return self.status == native.READ_OK
+
+
+class ChunkReader:
+    """Steps 1-2 of the module docstring for one pass: a chunk's positions -> sample ids
+    -> bytes and headers, in one native call.
+
+    Args:
+        work: the pass's sample work (its dataset, stats, pixel limit).
+        plan, policy: the pass's plan and bad-sample policy (positions known bad in this
+            pass are left to the per-sample path, which does not try them again).
+    """
+
+    def __init__(self, work: SampleWork, plan: EpochPlan, policy: PassPolicy) -> None:
+        self.work = work
+        self.plan = plan
+        self.policy = policy
+        self.ranges = work.dataset.ranges()  # made here, in the consumer's thread, once
+        self.checked = CHECKED.flags(work.dataset)
+
+    def read(self, job: Job, start: int, stop: int, *, fresh: bool = False, check: bool = False) -> Chunk:
+        """Read positions ``start .. stop - 1`` of ``job``.
+
+        Args:
+            fresh: read into a new buffer (the bytes outlive this call: the GPU path hands
+                them to the consumer), not this thread's reused one.
+            check: check the scans never checked intact, and the pixel limit, in the read
+                (:data:`~turbofeed.decode.native.READ_BAD`; those found intact are marked).
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+        """
+        started = time.perf_counter()
+        js = np.arange(start, stop)
+        positions = np.asarray(job.positions[start:stop])
+        gids = np.asarray(self.plan.order[positions], dtype=np.int64)
+        go = self.ranges.readable[gids]
+        if self.policy.any_bad():
+            go &= ~self.policy.known_bad(positions, gids)
+        left = js[~go].tolist()
+        js, gids = js[go], gids[go]
+        files = self.ranges.files(gids)
+        starts = np.zeros(len(gids), dtype=np.int64)
+        np.cumsum(files.sizes[:-1], out=starts[1:])
+        total = int(files.sizes.sum())
+        buffer = np.empty(total, np.uint8) if fresh else _buffer(total)
+        checks = ~self.checked[gids] if check else None
+        head = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer, starts, checks=checks,
+                                 max_pixels=self.work.max_pixels if check else None)
+        del files.held[:]  # reads done: the descriptors may be let go
+        status = head[:, 0]
+        if (status >= native.READ_CHANGED).any():
+            raise self._storage_error(head, files)
+        if checks is not None:
+            self.checked[gids[checks & (status == native.READ_OK)]] = True
+        self.work.stats.add_fetch(time.perf_counter() - started, total)
+        return Chunk(js, gids, buffer, starts, files.sizes, status, head[:, 1], head[:, 2], left)
+
+    def _storage_error(self, head: np.ndarray, files: ChunkFiles) -> StorageError:
+        """The error of the chunk's first sample whose read failed or whose shard changed."""
+        i = int(np.flatnonzero(head[:, 0] >= native.READ_CHANGED)[0])
+        ref = self.ranges.ref(int(files.source[i]))
+        status, offset, size = int(head[i, 0]), int(files.offsets[i]), int(files.sizes[i])
+        if status == native.READ_CHANGED:
+            return StorageError(ref.path, what_changed(ref))
+        if status == native.READ_ERRNO:
+            return StorageError(ref.path, f"read of {size} bytes at offset {offset} failed: "
+                                          f"{os.strerror(int(head[i, 1]))}")
+        return StorageError(ref.path, f"short read of {size} bytes at offset {offset}")
 
 
 class ChunkedCpuDecode(FusedCpuDecode):
@@ -95,10 +187,7 @@ class ChunkedCpuDecode(FusedCpuDecode):
                  policy: PassPolicy, chunk: int) -> None:
         super().__init__(work, pool, channels_first=channels_first)
         self.info = StageInfo("decode.cpu", "sample", FusedCpuDecode.info.counts, per_task=chunk, chunked=True)
-        self.plan = plan
-        self.policy = policy
-        self.ranges = work.dataset.ranges()  # made here, in the consumer's thread, once
-        self.checked = CHECKED.flags(work.dataset)
+        self.reader = ChunkReader(work, plan, policy)
         self.labels = work.dataset.labels
         spec = work.transform.output if work.transform is not None else None
         self.offset = None if spec is None else spec.offset
@@ -111,63 +200,31 @@ class ChunkedCpuDecode(FusedCpuDecode):
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
+        chunk = self.reader.read(job, start, stop)
         started = time.perf_counter()
-        js = np.arange(start, stop)
-        positions = np.asarray(job.positions[start:stop])
-        gids = np.asarray(self.plan.order[positions], dtype=np.int64)
-        go = self.ranges.readable[gids]
-        if self.policy.any_bad():
-            go &= ~self.policy.known_bad(positions, gids)
-        left = js[~go]
-        js, gids = js[go], gids[go]
-        if not len(gids):
-            return left.tolist()
-        files = self.ranges.files(gids)
-        starts = np.zeros(len(gids), dtype=np.int64)
-        np.cumsum(files.sizes[:-1], out=starts[1:])
-        buffer = _buffer(int(starts[-1] + files.sizes[-1]))
-        head = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer, starts)
-        del files.held[:]  # reads done: the descriptors may be let go
-        status = head[:, 0]
-        if (status >= native.READ_CHANGED).any():
-            raise self._storage_error(head, files.source, files.offsets, files.sizes)
-        read = time.perf_counter()
-        self.work.stats.add_fetch(read - started, int(files.sizes.sum()))
-        ok = status == native.READ_OK
-        windows = _windows(self.work, gids[ok], head[ok, 1], head[ok, 2])
+        ok = chunk.ok()
+        windows = _windows(self.work, chunk.gids[ok], chunk.heights[ok], chunk.widths[ok])
         slot: Slot = job.slot
         images = slot.images
         size = images.shape[2:] if self.channels_first else images.shape[1:3]
         fits = (windows.height == size[0]) & (windows.width == size[1])
         take = np.flatnonzero(ok)[fits]
-        codes = native.decode_chunk(buffer, starts[take], files.sizes[take], windows.boxes[fits], windows.flips[fits],
-                                    ~self.checked[gids[take]], js[take], images,
+        gids = chunk.gids
+        codes = native.decode_chunk(chunk.buffer, chunk.starts[take], chunk.sizes[take], windows.boxes[fits],
+                                    windows.flips[fits], ~self.reader.checked[gids[take]], chunk.js[take], images,
                                     channels_first=self.channels_first, offset=self.offset, factor=self.factor,
                                     max_pixels=self.work.max_pixels)
         if (codes == native.RC_NOMEM).any():
             raise MemoryError("turbofeed: out of memory decoding a chunk")
         done = take[codes == native.RC_OK]
-        rows, ids = js[done], gids[done]
+        rows, ids = chunk.js[done], gids[done]
         slot.labels[rows] = self.labels[ids]
         job.ids[rows] = ids
-        self.checked[ids] = True  # decoded with their whole scan checked, or checked before
-        self.work.stats.add_times(decode_cpu=time.perf_counter() - read)
-        failed = np.ones(len(js), dtype=bool)
+        self.reader.checked[ids] = True  # decoded with their whole scan checked, or checked before
+        self.work.stats.add_times(decode_cpu=time.perf_counter() - started)
+        failed = np.ones(len(gids), dtype=bool)
         failed[done] = False
-        return sorted(left.tolist() + js[failed].tolist())
-
-    def _storage_error(self, head: np.ndarray, source: np.ndarray, offsets: np.ndarray,
-                       sizes: np.ndarray) -> StorageError:
-        """The error of the chunk's first sample whose read failed or whose shard changed."""
-        i = int(np.flatnonzero(head[:, 0] >= native.READ_CHANGED)[0])
-        ref = self.ranges.ref(int(source[i]))
-        status, offset, size = int(head[i, 0]), int(offsets[i]), int(sizes[i])
-        if status == native.READ_CHANGED:
-            return StorageError(ref.path, what_changed(ref))
-        if status == native.READ_ERRNO:
-            return StorageError(ref.path, f"read of {size} bytes at offset {offset} failed: "
-                                          f"{os.strerror(int(head[i, 1]))}")
-        return StorageError(ref.path, f"short read of {size} bytes at offset {offset}")
+        return sorted(chunk.left + chunk.js[failed].tolist())
 
 
 def _buffer(nbytes: int) -> np.ndarray:

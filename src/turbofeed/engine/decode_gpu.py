@@ -21,6 +21,7 @@ from ..plan import EpochPlan
 from ..transforms import Compose, Window
 from ..transforms.batched import to_device
 from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch, side_stream
+from .chunks import ChunkReader
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -44,7 +45,7 @@ class Encoded:
     (1: none, or already upright)."""
 
     gid: int
-    data: bytes | np.ndarray
+    data: bytes | memoryview | np.ndarray
     window: Window | None
     label: int
     pixels: torch.Tensor | None = None
@@ -177,6 +178,51 @@ class GpuDecode:
 
     def close(self) -> None:
         pass
+
+
+class ChunkedGpuDecode(GpuDecode):
+    """decode.gpu whose feeding threads take a chunk of positions per task: one native
+    call reads the chunk's bytes (into one buffer the consumer's decode reads from),
+    checks each shard's identity, reads the headers, refuses images over the pixel limit
+    and checks the scans never checked intact (:class:`~turbofeed.engine.chunks.ChunkReader`);
+    the windows come from arrays (:meth:`SampleWork.windows`). Per sample there is only
+    the entry handed to the consumer. Positions a chunk leaves (not a JPEG the native
+    reader takes, damaged, known bad, not a byte range of a local file) take
+    :meth:`GpuDecode.fill` and the bad-sample policy, as before.
+
+    Args:
+        chunk: positions per chunk (:func:`turbofeed.engine.chunks.chunk_size`); the
+            others as :class:`GpuDecode`.
+    """
+
+    def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose, plan: EpochPlan,
+                 policy: PassPolicy, *, batch_size: int, chunk: int, channels_last: bool = False) -> None:
+        super().__init__(decoder, work, transform, plan, policy, batch_size=batch_size, channels_last=channels_last)
+        self.info = StageInfo(GpuDecode.info.name, GpuDecode.info.where, GpuDecode.info.counts, per_task=chunk,
+                              chunked=True)
+        self.reader = ChunkReader(work, plan, policy)
+
+    def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
+        """Fill positions ``start .. stop - 1`` of ``job`` with their entries (bytes, window,
+        label); returns the positions left for :meth:`GpuDecode.fill`.
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+        """
+        chunk = self.reader.read(job, start, stop, fresh=True, check=True)
+        ok = chunk.ok()
+        gids, js = chunk.gids[ok], chunk.js[ok]
+        windows = self.work.windows(gids, chunk.heights[ok], chunk.widths[ok])
+        view = memoryview(chunk.buffer)  # the entries' bytes: views, the buffer lives while they do
+        starts = chunk.starts[ok]
+        entries = job.slot
+        for j, gid, first, end, box, height, width, flip, label in zip(
+                js.tolist(), gids.tolist(), starts.tolist(), (starts + chunk.sizes[ok]).tolist(),
+                windows.boxes.tolist(), windows.heights.tolist(), windows.widths.tolist(), windows.flips.tolist(),
+                self.work.dataset.labels[gids].tolist()):
+            entries[j] = Encoded(gid, view[first:end], Window(tuple(box), height, width, flip), label)
+        job.ids[js] = gids
+        return sorted(chunk.left + chunk.js[~ok].tolist())
 
 
 class _SideStream:

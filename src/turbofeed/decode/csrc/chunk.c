@@ -24,7 +24,7 @@ static int64_t read_full(int fd, unsigned char *dst, int64_t size, int64_t offse
 }
 
 static int32_t read_one(JpegWindow *j, int fd, int64_t offset, int64_t size, const int64_t *stamp,
-                        unsigned char *dst, int32_t *hw) {
+                        unsigned char *dst, int check, long long max_pixels, int32_t *hw) {
     if (fd >= 0) {
         const int64_t got = read_full(fd, dst, size, offset);
         if (got < 0) {
@@ -47,15 +47,19 @@ static int32_t read_one(JpegWindow *j, int fd, int64_t offset, int64_t size, con
     if (strcmp(cs, "cmyk") == 0 || strcmp(cs, "ycck") == 0) return TF_READ_GENERAL;
     hw[0] = h;
     hw[1] = w;
+    if (max_pixels > 0 && (long long)h * w > max_pixels) return TF_READ_BAD;
+    if (check && tf_jpeg_check(j, dst, (size_t)size, max_pixels) != RC_OK) return TF_READ_BAD;
     return TF_READ_OK;
 }
 
 void tf_chunk_read(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *offsets, const int64_t *sizes,
-                   const int64_t *stamps, unsigned char *buf, const int64_t *starts, int32_t *head) {
+                   const int64_t *stamps, unsigned char *buf, const int64_t *starts, const uint8_t *checks,
+                   long long max_pixels, int32_t *head) {
     for (size_t i = 0; i < n; i++) {
         int32_t *h = head + 3 * i;
         h[1] = h[2] = 0;
-        h[0] = read_one(j, fds[i], offsets[i], sizes[i], stamps + 3 * i, buf + starts[i], h + 1);
+        h[0] = read_one(j, fds[i], offsets[i], sizes[i], stamps + 3 * i, buf + starts[i], checks && checks[i],
+                        max_pixels, h + 1);
     }
 }
 

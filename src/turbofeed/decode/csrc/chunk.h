@@ -16,18 +16,22 @@ enum {
     TF_READ_OK = 0,      /* bytes read, header read: a JPEG the crop decoder takes */
     TF_READ_GENERAL = 1, /* bytes read, but the general decoder must judge them (not a
                             JPEG, CMYK/YCCK, an unreadable header) */
-    TF_READ_CHANGED = 2, /* the file is not the indexed version any more (fstat after the read) */
-    TF_READ_ERRNO = 3,   /* the read failed: the errno is in place of the height */
-    TF_READ_SHORT = 4    /* fewer bytes than the index recorded (a lying file system) */
+    TF_READ_BAD = 2,     /* bytes read, bad data: over max_pixels, or a damaged scan where
+                            checked (the per-sample path names the error) */
+    TF_READ_CHANGED = 3, /* the file is not the indexed version any more (fstat after the read) */
+    TF_READ_ERRNO = 4,   /* the read failed: the errno is in place of the height */
+    TF_READ_SHORT = 5    /* fewer bytes than the index recorded (a lying file system) */
 };
 
 /* For each sample i < n: pread sizes[i] bytes at offsets[i] of fds[i] into buf + starts[i]
  * (fds[i] < 0: the bytes are there already), then fstat fds[i] and compare its (size,
  * mtime_ns, ctime_ns) with stamps[3i..3i+2] (bytes read before an unchanged fstat are
- * the indexed bytes: turbofeed/io/local/files.py), then read the JPEG header. Writes
- * (status, height, width) to head[3i..3i+2]. */
+ * the indexed bytes: turbofeed/io/local/files.py), then read the JPEG header, refuse
+ * more than max_pixels > 0 pixels and, where checks[i] (checks may be NULL: none), check
+ * the whole scan (tf_jpeg_check). Writes (status, height, width) to head[3i..3i+2]. */
 void tf_chunk_read(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *offsets, const int64_t *sizes,
-                   const int64_t *stamps, unsigned char *buf, const int64_t *starts, int32_t *head);
+                   const int64_t *stamps, unsigned char *buf, const int64_t *starts, const uint8_t *checks,
+                   long long max_pixels, int32_t *head);
 
 /* For each sample i < n: tf_jpeg_crop_resize of buf[starts[i] : starts[i] + sizes[i]] with
  * box boxes[4i..4i+3], mirrored when flips[i], its whole scan checked when checks[i], into

@@ -52,39 +52,45 @@ static int typed_all(PyObject **objs, const char **names, const char *codes, con
 }
 
 const char tf_read_chunk_doc[] =
-    "read_chunk(fds, offsets, sizes, stamps, buffer, starts) -> bytes\n"
+    "read_chunk(fds, offsets, sizes, stamps, buffer, starts, checks=None, max_pixels=0) -> bytes\n"
     "--\n\n"
     "For each sample i: pread sizes[i] bytes at offsets[i] of descriptor fds[i] (int32; -1:\n"
     "the bytes are in buffer already) into buffer[starts[i]:], fstat it and compare (size,\n"
-    "mtime_ns, ctime_ns) with stamps[i] (int64, n x 3), then read the JPEG header. Returns\n"
-    "int32 (status, height, width) triples as bytes: status 0 ok, 1 for the general decoder,\n"
-    "2 the file changed, 3 the read failed (the errno in place of the height), 4 short read.\n"
-    "Releases the GIL for the whole chunk.";
+    "mtime_ns, ctime_ns) with stamps[i] (int64, n x 3), then read the JPEG header, refuse\n"
+    "more than max_pixels pixels (0: no limit) and, where checks[i] (uint8), check the whole\n"
+    "scan. Returns int32 (status, height, width) triples as bytes: status 0 ok, 1 for the\n"
+    "general decoder, 2 bad data, 3 the file changed, 4 the read failed (the errno in place\n"
+    "of the height), 5 short read. Releases the GIL for the whole chunk.";
 
-PyObject *tf_py_read_chunk(PyObject *self, PyObject *args) {
-    PyObject *objs[6];
-    Py_buffer v[6];
+PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts", "checks", "max_pixels", NULL};
+    PyObject *objs[7];
+    Py_buffer v[7];
+    long long max_pixels = 0;
+    objs[6] = Py_None;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOO:read_chunk", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO|OL:read_chunk", kwlist, &objs[0], &objs[1], &objs[2],
+                                     &objs[3], &objs[4], &objs[5], &objs[6], &max_pixels))
         return NULL;
     Py_buffer first;
     if (tf_typed_buffer(objs[0], "fds", 'i', -1, &first) < 0) return NULL;
     const Py_ssize_t n = first.len / 4;
     PyBuffer_Release(&first);
-    static const char *names[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts"};
-    const Py_ssize_t counts[] = {n, n, n, 3 * n, -1, n};
-    if (typed_all(objs, names, "iqqqBq", counts, 6, v) < 0) return NULL;
+    static const char *names[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts", "checks"};
+    const Py_ssize_t counts[] = {n, n, n, 3 * n, -1, n, n};
+    const int k = objs[6] == Py_None ? 6 : 7;
+    if (typed_all(objs, names, "iqqqBqB", counts, k, v) < 0) return NULL;
     const int64_t *sizes = v[2].buf, *starts = v[5].buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (sizes[i] < 0 || starts[i] < 0 || starts[i] + sizes[i] > v[4].len) {
-            release_all(v, 6);
+            release_all(v, k);
             PyErr_Format(PyExc_ValueError, "sample %zd does not fit in the buffer", i);
             return NULL;
         }
     }
     PyObject *head = PyBytes_FromStringAndSize(NULL, n * 3 * 4);
     if (!head) {
-        release_all(v, 6);
+        release_all(v, k);
         return NULL;
     }
     int32_t *h = (int32_t *)PyBytes_AsString(head);
@@ -94,11 +100,13 @@ PyObject *tf_py_read_chunk(PyObject *self, PyObject *args) {
     if (!j) {
         nomem = 1;
     } else {
-        tf_chunk_read(j, (size_t)n, v[0].buf, v[1].buf, sizes, v[3].buf, v[4].buf, starts, h);
+        tf_chunk_read(j, (size_t)n, v[0].buf, v[1].buf, sizes, v[3].buf, v[4].buf, starts,
+                      k == 7 ? (const uint8_t *)v[6].buf : NULL, max_pixels, h);
+        tf_scratch_trim(tf_jpeg_scratch(j));
         tf_thread_state_put(j);
     }
     Py_END_ALLOW_THREADS
-    release_all(v, 6);
+    release_all(v, k);
     if (nomem) {
         Py_DECREF(head);
         return PyErr_NoMemory();

@@ -5,7 +5,7 @@
 #include <Python.h>
 
 extern const char tf_read_chunk_doc[], tf_decode_chunk_doc[];
-PyObject *tf_py_read_chunk(PyObject *self, PyObject *args);
+PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *tf_py_decode_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
 
 #endif
