@@ -97,7 +97,7 @@ def expected(path: str, transform, *, seed: int = 0, epoch: int = 0) -> dict[int
     for gid in range(dataset.num_samples):
         data = dataset.read(gid)
         turned = reference(data)
-        window = transform.window(*turned.shape[:2], work.rng(gid))
+        window = transform.window(*turned.shape[:2], work.draws(gid))
         pixels = resample(turned, window)
         out[int(dataset.labels[gid])] = (pixels[:, ::-1] if window.flip else pixels).transpose(2, 0, 1)
     return out

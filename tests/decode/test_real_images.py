@@ -76,7 +76,7 @@ def test_real_turned_photos_crop_upright(tmp_path, tar_writer, native_path):
         data = dataset.read(gid)
         with Image.open(io.BytesIO(data)) as im:
             turned = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-        window = transform.window(*turned.shape[:2], work.rng(gid))
+        window = transform.window(*turned.shape[:2], work.draws(gid))
         got = work.load(gid)
         assert got.flip == window.flip
         assert np.abs(got.pixels.astype(int) - resample(turned, window)).max() <= 1

@@ -35,8 +35,7 @@ def cpu_reference(images, windows, output=None):
 
 @pytest.mark.parametrize("transform", [T.imagenet_train(64), T.imagenet_eval(56), T.Compose([T.Resize((40, 70))])])
 def test_matches_the_cpu_path_within_one_level(photos, transform):
-    rng = random.Random(7)
-    windows = [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+    windows = [transform.window(p.shape[0], p.shape[1], T.Draws(7, 0, i)) for i, p in enumerate(photos)]
     batch, sizes = pad_batch([torch.from_numpy(p).permute(2, 0, 1) for p in photos])
     boxes, flips = window_tensors(windows)
     out = resized_crop(batch, sizes, boxes, transform.size, flips)
@@ -48,8 +47,7 @@ def test_matches_the_cpu_path_within_one_level(photos, transform):
 
 def test_normalised_output_and_channels_last(photos):
     transform = T.imagenet_train(48, normalize=True)
-    rng = random.Random(1)
-    windows = [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+    windows = [transform.window(p.shape[0], p.shape[1], T.Draws(1, 0, i)) for i, p in enumerate(photos)]
     batch, sizes = pad_batch([torch.from_numpy(p).permute(2, 0, 1) for p in photos])
     boxes, flips = window_tensors(windows)
     out = resized_crop(batch, sizes, boxes, (48, 48), flips, transform.output, channels_last=True)
@@ -87,8 +85,7 @@ def test_peer_helpers_without_gpus_say_no():
 
 
 def _windows(photos, transform, seed):
-    rng = random.Random(seed)
-    return [transform.window(p.shape[0], p.shape[1], rng) for p in photos]
+    return [transform.window(p.shape[0], p.shape[1], T.Draws(seed, 0, i)) for i, p in enumerate(photos)]
 
 
 def test_resize_batch_cuts_images_to_what_their_windows_read_without_changing_pixels(photos):

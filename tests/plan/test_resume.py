@@ -26,7 +26,7 @@ def test_state_has_the_documented_fields_and_survives_json():
     state = _state(epoch=np.int64(3), samples_done=np.int64(40000), batches_done=np.int32(1250))
     assert set(state) == FIELDS  # numpy scalars above came out as plain ints
     assert (state["version"], state["epoch"], state["samples_done"], state["batches_done"]) == \
-        (1, 3, 40000, 1250)
+        (2, 3, 40000, 1250)
     assert json.loads(json.dumps(state)) == state
     assert all(isinstance(v, (int, str)) for v in state.values())
 
@@ -69,6 +69,20 @@ def test_mismatch_names_the_field(field, value):
         check_state(state, seed=0, plan=plan_fingerprint(n=100))
     others = FIELDS - {field, "epoch", "samples_done", "batches_done", "world_size"}
     assert not any(repr(o) in str(info.value) for o in others)
+
+
+def test_a_version_1_state_is_refused_saying_why():
+    """Version 1 drew crops and flips from random.Random: resuming it here would give other
+    pixels than the run that saved it, so it is refused, in one line that says why and what
+    to do, naming its epoch; the same state as version 2 passes (only the version differs)."""
+    state = {**_state(), "version": 1}
+    with pytest.raises(ValueError) as info:
+        check_state(state, seed=0, plan=plan_fingerprint(n=100))
+    message = str(info.value)
+    assert "\n" not in message and "'version' is 1" in message
+    assert "counter-based generator" in message and "same pixels" in message
+    assert "start epoch 3 again" in message and "older turbofeed" in message
+    assert check_state({**state, "version": 2}, seed=0, plan=plan_fingerprint(n=100)) is None
 
 
 def test_missing_field_is_named():

@@ -5,12 +5,11 @@ and a recipe composes into one source box."""
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
 
-from turbofeed.transforms import (CenterCrop, Compose, Normalize, RandomHorizontalFlip,
+from turbofeed.transforms import (CenterCrop, Compose, Draws, Normalize, RandomHorizontalFlip,
                                   RandomResizedCrop, Resize, ToDtype)
 
 
@@ -20,9 +19,8 @@ def test_random_resized_crop_stays_in_bounds_scale_and_ratio(height, width):
     sqrt(area / ratio) with area in scale and ratio in range: the bounds below widen the
     ranges by exactly that half-pixel rounding. (Fallback crops satisfy them too.)"""
     op = RandomResizedCrop(224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
-    rng = random.Random(0)
-    for _ in range(300):
-        top, left, h, w = op.params(height, width, rng)
+    for gid in range(300):
+        top, left, h, w = op.params(height, width, Draws(0, 0, gid))
         assert 0 <= top and top + h <= height and 0 <= left and left + w <= width
         assert h > 0 and w > 0
         assert (w + 0.5) * (h + 0.5) >= 0.08 * height * width
@@ -34,8 +32,7 @@ def test_random_resized_crop_distribution():
     """On an image large enough that no draw is rejected, the area fraction is uniform in
     scale, log(ratio) uniform in log(ratio range), the offsets uniform over the slack."""
     op = RandomResizedCrop(224, scale=(0.1, 0.5))
-    rng = random.Random(1)
-    draws = np.array([op.params(1000, 1000, rng) for _ in range(3000)], dtype=np.float64)
+    draws = np.array([op.params(1000, 1000, Draws(1, 0, gid)) for gid in range(3000)], dtype=np.float64)
     top, left, h, w = draws.T
     area = h * w / 1e6
     assert abs(area.mean() - 0.3) < 0.01 and area.min() > 0.098 and area.max() < 0.502
@@ -51,7 +48,7 @@ def test_random_resized_crop_distribution():
 def test_random_resized_crop_falls_back_to_a_centred_clamped_ratio(height, width):
     """No draw fits an extreme aspect: torchvision's fallback keeps the short side and
     clamps the ratio to the range (w = round(h * 4/3) or h = round(w / (3/4))), centred."""
-    top, left, h, w = RandomResizedCrop(224).params(height, width, random.Random(0))
+    top, left, h, w = RandomResizedCrop(224).params(height, width, Draws(0, 0, 0))
     if width > height:
         assert (h, w) == (height, round(height * 4 / 3)) and (top, left) == (0, (width - w) // 2)
     else:
@@ -62,8 +59,7 @@ def test_random_resized_crop_is_deterministic_per_seed():
     op = RandomResizedCrop(224)
 
     def draw(seed):
-        rng = random.Random(seed)
-        return [op.params(375, 500, rng) for _ in range(20)]
+        return [op.params(375, 500, Draws(seed, 0, gid)) for gid in range(20)]
 
     assert draw(5) == draw(5)
     assert draw(5) != draw(6)
@@ -72,8 +68,8 @@ def test_random_resized_crop_is_deterministic_per_seed():
 def test_random_resized_crop_window_is_its_params_box():
     """As the first op, the window is the integer crop box in source pixels."""
     t = Compose([RandomResizedCrop((160, 200))])
-    top, left, h, w = RandomResizedCrop((160, 200)).params(375, 500, random.Random(3))
-    win = t.window(375, 500, random.Random(3))
+    top, left, h, w = RandomResizedCrop((160, 200)).params(375, 500, Draws(3, 0, 0))
+    win = t.window(375, 500, Draws(3, 0, 0))
     assert win.box == (left, top, left + w, top + h) and (win.height, win.width) == (160, 200)
 
 
@@ -84,33 +80,33 @@ def test_random_resized_crop_window_is_its_params_box():
     (300, 300, (256, 256)),
 ])
 def test_resize_int_sets_the_short_side(height, width, expected):
-    win = Compose([Resize(256)]).window(height, width, random.Random(0))
+    win = Compose([Resize(256)]).window(height, width, Draws(0, 0, 0))
     assert (win.height, win.width) == expected
     assert win.box == (0, 0, width, height)
 
 
 def test_resize_pair_sets_both_sides():
-    win = Compose([Resize((100, 300))]).window(375, 500, random.Random(0))
+    win = Compose([Resize((100, 300))]).window(375, 500, Draws(0, 0, 0))
     assert (win.height, win.width, win.box) == (100, 300, (0, 0, 500, 375))
 
 
 @pytest.mark.parametrize("height,width", [(256, 341), (255, 300), (300, 257), (224, 224)])
 def test_center_crop_offsets_use_round(height, width):
     """top = round((h - 224) / 2), left likewise (Python's round, as torchvision)."""
-    win = Compose([CenterCrop(224)]).window(height, width, random.Random(0))
+    win = Compose([CenterCrop(224)]).window(height, width, Draws(0, 0, 0))
     top, left = round((height - 224) / 2), round((width - 224) / 2)
     assert win.box == (left, top, left + 224, top + 224)
 
 
 def test_center_crop_larger_than_the_image_takes_all_of_it():
-    win = Compose([CenterCrop(224)]).window(100, 150, random.Random(0))
+    win = Compose([CenterCrop(224)]).window(100, 150, Draws(0, 0, 0))
     assert win.box == (0, 0, 150, 100) and (win.height, win.width) == (224, 224)
 
 
 def test_resize_then_center_crop_is_one_source_box():
     """Resize(256) + CenterCrop(224) of 375x500: the 224 crop at (16, 58) of the 256x341
     resized view, mapped back to source pixels by the resize factors."""
-    win = Compose([Resize(256), CenterCrop(224)]).window(375, 500, random.Random(0))
+    win = Compose([Resize(256), CenterCrop(224)]).window(375, 500, Draws(0, 0, 0))
     sx, sy = 500 / 341, 375 / 256
     assert np.allclose(win.box, (58 * sx, 16 * sy, (58 + 224) * sx, (16 + 224) * sy), atol=1e-9)
     assert (win.height, win.width, win.flip) == (224, 224, False)
@@ -153,8 +149,8 @@ def test_compose_size(ops, size):
 
 
 def _flip_rate(ops, draws=2000):
-    t, rng = Compose(ops), random.Random(0)
-    return np.mean([t.window(100, 100, rng).flip for _ in range(draws)])
+    t = Compose(ops)
+    return np.mean([t.window(100, 100, Draws(0, 0, gid)).flip for gid in range(draws)])
 
 
 def test_flips_compose_like_applying_them_in_turn():

@@ -5,7 +5,6 @@ real JPEG, in both layouts, for every output dtype."""
 
 from __future__ import annotations
 
-import random
 import tarfile
 
 import numpy as np
@@ -44,7 +43,7 @@ def jpegs(shard_paths) -> list[bytes]:
 def _window(data: bytes, seed: int) -> T.Window:
     info = probe(data)
     recipe = T.Compose([T.RandomResizedCrop(72), T.RandomHorizontalFlip(1.0)])
-    return recipe.window(info.height, info.width, random.Random(seed))
+    return recipe.window(info.height, info.width, T.Draws(seed, 0, 0))
 
 
 def _as_numpy(t):

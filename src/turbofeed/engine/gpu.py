@@ -54,7 +54,7 @@ def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def header_window(work: SampleWork, gid: int, data: bytes | np.ndarray, transform: Compose, tag: int = 1) -> Window:
-    """Worker side: the crop window of sample ``gid`` from its header, with the sample's rng,
+    """Worker side: the crop window of sample ``gid`` from its header, with the sample's draws,
     on the image turned upright by EXIF orientation ``tag`` (:meth:`SampleWork.orientation`).
 
     A JPEG's entropy-coded data is checked here the first time the sample is seen (and

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -15,12 +14,11 @@ from ..decode import decode, is_jpeg, max_pixels, native, probe
 from ..decode.orientation import jpeg_orientation, orientation, stored_box, upright, upright_size
 from ..errors import ImageTooLarge, SampleError, StorageError
 from ..io import Dataset, pick_member
-from ..transforms import Compose, Window, resample, write_slot
+from ..transforms import Compose, Draws, Window, Windows, resample, write_slot
 from .checked import CHECKED
 from .slots import Slot
 from .stats import Stats
 
-_MASK64 = (1 << 64) - 1
 _LAST = threading.local()  # (sample id, window, image size) this thread chose last
 
 
@@ -226,11 +224,29 @@ class SampleWork:
 
     def window(self, gid: int, height: int, width: int, transform: Compose) -> Window:
         """The crop window of sample ``gid`` (an image of ``height x width``), from the
-        sample's own rng; remembered for this thread, for the fields paired with the
-        image (:meth:`last_window`)."""
-        window = transform.window(height, width, self.rng(gid))
+        sample's own draws (:meth:`draws`); remembered for this thread, for the fields
+        paired with the image (:meth:`last_window`)."""
+        window = transform.window(height, width, self.draws(gid))
         _LAST.window = (gid, window, (height, width))
         return window
+
+    def windows(self, gids: np.ndarray, heights: np.ndarray, widths: np.ndarray,
+                transform: Compose | None = None) -> Windows:
+        """The crop windows of a chunk of samples at once (:meth:`Compose.windows`), row
+        ``i`` the window :meth:`window` gives sample ``gids[i]``, to the bit.
+
+        Args:
+            gids: int64 sample ids ``(n,)``.
+            heights, widths: their images' (upright) sizes, ints >= 1, ``(n,)``.
+            transform: default this work's transform.
+
+        Raises:
+            ValueError: no transform, lengths differ, or a size below 1.
+        """
+        transform = self.transform if transform is None else transform
+        if transform is None:
+            raise ValueError("SampleWork.windows: no transform, so no crop windows")
+        return transform.windows(heights, widths, self.seed, self.epoch, gids)
 
     @staticmethod
     def last_window(gid: int) -> tuple[Window, tuple[int, int]] | None:
@@ -239,9 +255,10 @@ class SampleWork:
         last = getattr(_LAST, "window", None)
         return (last[1], last[2]) if last is not None and last[0] == gid else None
 
-    def rng(self, gid: int) -> random.Random:
-        # One integer holds all three (Mersenne Twister seeding hashes every bit of it).
-        return random.Random(((self.seed & _MASK64) << 128) | ((self.epoch & _MASK64) << 64) | (gid & _MASK64))
+    def draws(self, gid: int) -> Draws:
+        """Sample ``gid``'s random draws: a pure function of (seed, epoch, gid)
+        (:mod:`turbofeed.transforms.draws`), whichever thread or chunk asks."""
+        return Draws(self.seed, self.epoch, gid)
 
     def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
         """Load sample ``gid`` straight into ``slot.images[j]``."""

@@ -8,7 +8,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-STATE_VERSION = 1
+#: 2: crop windows and flips come from a counter-based generator keyed by (seed, epoch,
+#: sample id) (turbofeed.transforms.draws); version 1 drew them from random.Random.
+STATE_VERSION = 2
 
 
 def plan_fingerprint(**fields: Any) -> str:
@@ -24,7 +26,7 @@ def make_state(*, epoch: int, samples_done: int, batches_done: int, seed: int, w
                plan: str, data: DataPrint | None = None, **order: int) -> dict:
     """The resume state, one flat JSON-safe dict::
 
-        {"version": 1, "epoch": 3, "samples_done": 40960, "batches_done": 80,
+        {"version": 2, "epoch": 3, "samples_done": 40960, "batches_done": 80,
          "seed": 0, "world_size": 2, "plan": "9f2c...", "data": "51be...",
          "data_samples": 1281167, "data_shards": 147, "data_parts": "0c1f9a2e..."}
 
@@ -51,11 +53,17 @@ def make_state(*, epoch: int, samples_done: int, batches_done: int, seed: int, w
 def check_state(state: dict, *, seed: int, plan: str) -> None:
     """Raise ValueError naming the first field of ``state`` that does not fit this loader.
 
-    The world size may differ: the epoch then continues elastically.
+    The world size may differ: the epoch then continues elastically. A version-1 state
+    (before crops came from :mod:`turbofeed.transforms.draws`) is refused, saying why.
     """
     missing = [k for k in FIELDS if k not in state]
     if missing:
         raise ValueError(f"resume state lacks field(s) {missing}")
+    if state["version"] == 1:
+        raise ValueError(f"resume state field 'version' is 1 (saved by an older turbofeed): crops and flips now "
+                         f"come from a counter-based generator, so it cannot resume with the same pixels; start "
+                         f"epoch {state['epoch']!r} again (set_epoch({state['epoch']!r}), no load_state_dict) or "
+                         f"resume with the older turbofeed")
     expected = {"version": STATE_VERSION, "seed": seed, "plan": plan}
     for field, value in expected.items():
         if state[field] != value:

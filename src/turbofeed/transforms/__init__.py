@@ -3,13 +3,15 @@ each image is resampled once into its batch slot."""
 
 from .buckets import BucketResize
 from .compose import Compose
-from .geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Window
+from .draws import Draws, uniforms
+from .geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .output import IMAGENET_MEAN, IMAGENET_STD, Normalize, ToDtype
 from .presets import imagenet_eval, imagenet_train
 from .render import hwc_pixels, nearest, resample, write_slot
+from .views import Window, Windows
 
 __all__ = [
-    "BucketResize", "CenterCrop", "Compose", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize", "RandomHorizontalFlip",
-    "RandomResizedCrop", "Resize", "ToDtype", "Window", "hwc_pixels", "imagenet_eval", "imagenet_train", "nearest",
-    "resample", "write_slot",
+    "BucketResize", "CenterCrop", "Compose", "Draws", "IMAGENET_MEAN", "IMAGENET_STD", "Normalize",
+    "RandomHorizontalFlip", "RandomResizedCrop", "Resize", "ToDtype", "Window", "Windows", "hwc_pixels",
+    "imagenet_eval", "imagenet_train", "nearest", "resample", "uniforms", "write_slot",
 ]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .geometry import Window
+from .views import Window
 
 if TYPE_CHECKING:  # output.py runs normalize() for Normalize/ToDtype on tensors
     from .output import OutputSpec

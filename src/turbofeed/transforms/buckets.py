@@ -10,11 +10,14 @@ batch gets the batch's shape and batches stack into one tensor.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..plan.buckets import Buckets
-from .geometry import GeometricOp, View
+from .draws import Uniforms
+from .geometry import GeometricOp
+from .views import View, Views
 
 
 class BucketResize(GeometricOp):
@@ -34,18 +37,25 @@ class BucketResize(GeometricOp):
     def __init__(self, buckets: str | Sequence = "aspect", *, area: int = 1024 * 1024, multiple: int = 64) -> None:
         self.spec = buckets
         self.buckets = Buckets.make(buckets, area=area, multiple=multiple)
+        self._sizes = np.array([(w, h) for h, w in self.buckets.sizes], np.int64).reshape(-1, 2).T.copy()  # (2, buckets)
 
-    def apply(self, view: View, rng: random.Random) -> View:
+    def apply(self, view: View, draws: Uniforms) -> View:
         oh, ow = self.buckets.sizes[self.buckets.of(view.height, view.width)]
         if view.height <= 0 or view.width <= 0:
             return View(view.box, oh, ow)
         scale = max(oh / view.height, ow / view.width)  # cover the bucket's size, aspect kept
         h, w = min(view.height, oh / scale), min(view.width, ow / scale)  # the cut, in view pixels
         top, left = (view.height - h) / 2.0, (view.width - w) / 2.0
-        x0, y0, x1, y1 = view.box
-        sx, sy = (x1 - x0) / view.width, (y1 - y0) / view.height
-        box = (x0 + left * sx, y0 + top * sy, x0 + (left + w) * sx, y0 + (top + h) * sy)
-        return View(box, oh, ow)
+        return View(view.sub_box(top, left, h, w), oh, ow)
+
+    def apply_many(self, views: Views, draws: np.ndarray) -> Views:
+        """:meth:`apply` of a chunk: the buckets from :meth:`Buckets.assign
+        <turbofeed.plan.buckets.Buckets.assign>`, which matches :meth:`Buckets.of`."""
+        out = self._sizes[:, self.buckets.assign(views.height, views.width)]  # (2, n): width, height
+        ratios = out / views.sizes
+        scale = np.maximum(ratios[0], ratios[1])  # max(oh / height, ow / width): the same value
+        extents = np.minimum(views.sizes, out / scale)
+        return views.sub((views.sizes - extents) / 2.0, extents, out)
 
     def __repr__(self) -> str:
         return f"BucketResize({self.spec!r})"

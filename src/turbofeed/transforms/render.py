@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from .geometry import Window
+from .views import Window
 from .output import OutputSpec
 
 
