@@ -57,7 +57,6 @@ import argparse
 import glob
 import json
 import os
-import random
 import statistics
 import sys
 import tarfile
@@ -117,16 +116,16 @@ def median_decode_s(shard: str, count: int = 200) -> float:
     """The median seconds of one native crop-window decode on this machine: ``count``
     images of ``shard``, each at a train-preset window (RandomResizedCrop(224) + flip),
     as a later epoch decodes it (its scan checked before); the faster of two tries each."""
-    transform = T.imagenet_train(224)
+    datas = jpegs(shard, count)
+    sizes = np.array([native.header(data)[:2] for data in datas], dtype=np.int64)
+    windows = T.imagenet_train(224).windows(sizes[:, 0], sizes[:, 1], 0, 0, np.arange(len(datas)))
     out = np.empty((3, 224, 224), np.uint8)
     times = []
-    for i, data in enumerate(jpegs(shard, count)):
-        height, width, _ = native.header(data)
-        window = transform.window(height, width, random.Random(i))
+    for data, box, flip in zip(datas, windows.boxes.tolist(), windows.flips.tolist()):
         tries = []
         for _ in range(2):
             started = time.perf_counter()
-            native.crop_resize(data, window.box, out, flip=window.flip, check_scan=False)
+            native.crop_resize(data, box, out, flip=flip, check_scan=False)
             tries.append(time.perf_counter() - started)
         times.append(min(tries))
     return statistics.median(times)
@@ -198,15 +197,12 @@ def training_step() -> None:
         x += 1
 
 
-def step_alone_rate(steps: int = 10, tries: int = 3) -> float:
-    """Steps per second of :func:`training_step` with nothing else running; best of ``tries``."""
-    best = 0.0
-    for _ in range(tries):
-        started = time.perf_counter()
-        for _ in range(steps):
-            training_step()
-        best = max(best, steps / (time.perf_counter() - started))
-    return best
+def step_alone_rate(steps: int) -> float:
+    """Steps per second of :func:`training_step` with nothing else running."""
+    started = time.perf_counter()
+    for _ in range(steps):
+        training_step()
+    return steps / (time.perf_counter() - started)
 
 
 # -- one set of figures -----------------------------------------------------------------
@@ -262,13 +258,21 @@ def gpu_feed(figures: dict[str, Any], run: Run) -> None:
 
 
 def step(figures: dict[str, Any], run: Run) -> None:
-    """The loop's rate over the step's alone, fed by each path."""
-    alone = step_alone_rate(steps=5 if run.quick else 10)
-    say(f"step alone: {alone:.2f} steps/s")
+    """The loop's rate over the step's alone, fed by each path. The step alone is timed
+    before, between and after the loops and its best kept (like the loops' rates: on a
+    shared machine the best is the one least disturbed)."""
+    steps = 5 if run.quick else 10
+    loops = {}
+    alone = [step_alone_rate(steps)]
     for name, _ in both_paths():
         cpu = steady(cpu_loader(run.shards, FEED_THREADS, run.epoch_size), run.epochs, training_step)
         gpu = steady(gpu_loader(run.shards, run.epoch_size), run.epochs, training_step)
-        figures[name]["step"] = {"cpu_ratio": round(cpu / alone, 3), "gpu_ratio": round(gpu / alone, 3)}
+        loops[name] = cpu, gpu
+        alone.append(step_alone_rate(steps))
+    best = max(alone)
+    say(f"step alone: {best:.2f} steps/s (tries: {', '.join(f'{a:.2f}' for a in alone)})")
+    for name, (cpu, gpu) in loops.items():
+        figures[name]["step"] = {"cpu_ratio": round(cpu / best, 3), "gpu_ratio": round(gpu / best, 3)}
         say(f"step {name:6}: {figures[name]['step']}")
 
 

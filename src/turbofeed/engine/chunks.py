@@ -74,7 +74,7 @@ def chunked(work: SampleWork, *, output: bool = False) -> bool:
     transform = work.transform
     if not work.native or transform is None or work.orient or work.image_exts is not None:
         return False
-    if not getattr(transform, "vectorized", True):  # TEMPORARY
+    if not transform.vectorized:
         return False
     spec = transform.output
     return not output or spec is None or spec.dtype == np.float32
@@ -203,7 +203,7 @@ class ChunkedCpuDecode(FusedCpuDecode):
         chunk = self.reader.read(job, start, stop)
         started = time.perf_counter()
         ok = chunk.ok()
-        windows = _windows(self.work, chunk.gids[ok], chunk.heights[ok], chunk.widths[ok])
+        windows = self.work.windows(chunk.gids[ok], chunk.heights[ok], chunk.widths[ok])
         slot: Slot = job.slot
         images = slot.images
         size = images.shape[2:] if self.channels_first else images.shape[1:3]
@@ -235,14 +235,3 @@ def _buffer(nbytes: int) -> np.ndarray:
     return buffer
 
 
-
-class _W:
-    def __init__(self, boxes, flips, height, width):
-        self.boxes, self.flips, self.height, self.width = boxes, flips, height, width
-
-
-def _windows(work, gids, heights, widths):  # TEMPORARY until SampleWork.windows lands
-    assert work.transform is not None
-    ws = [work.window(int(g), int(h), int(w), work.transform) for g, h, w in zip(gids, heights, widths)]
-    return _W(np.array([w.box for w in ws], np.float64).reshape(-1, 4), np.array([w.flip for w in ws], bool),
-              np.array([w.height for w in ws], np.int64), np.array([w.width for w in ws], np.int64))

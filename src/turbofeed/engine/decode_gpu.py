@@ -218,7 +218,7 @@ class ChunkedGpuDecode(GpuDecode):
         entries = job.slot
         for j, gid, first, end, box, height, width, flip, label in zip(
                 js.tolist(), gids.tolist(), starts.tolist(), (starts + chunk.sizes[ok]).tolist(),
-                windows.boxes.tolist(), windows.heights.tolist(), windows.widths.tolist(), windows.flips.tolist(),
+                windows.boxes.tolist(), windows.height.tolist(), windows.width.tolist(), windows.flips.tolist(),
                 self.work.dataset.labels[gids].tolist()):
             entries[j] = Encoded(gid, view[first:end], Window(tuple(box), height, width, flip), label)
         job.ids[js] = gids
