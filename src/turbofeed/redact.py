@@ -8,7 +8,7 @@ ever printed; identifiers stay visible (access key ids, account names, endpoints
 value                      shown as
 =========================  =============================================================
 a token                    ``'****'`` (:func:`mask`)
-a key                      ``'****WXYZ'``: its last 4 characters (``mask(key, keep=4)``),
+a key                      ``'****WXYZ'``: its last 4 characters (:func:`mask_key`),
                            as the AWS CLI shows a secret key
 a URL                      without its userinfo and query string, saying they were
                            there: ``https://****@host/d/x.tar?****`` (:func:`redact_url`)
@@ -21,7 +21,7 @@ HTTP headers               values of known-harmless headers (``User-Agent`` ...)
                            (:func:`redact_headers`)
 =========================  =============================================================
 
-The config classes build their ``repr``/``str``/``__rich_repr__`` from :func:`shown_fields`;
+The config classes take their ``repr``/``str``/``__rich_repr__`` from :class:`Redacted`;
 equality, hashing and pickling keep using the real values (a pickled config carries
 its credentials: it must, to rebuild its clients).
 """
@@ -29,9 +29,9 @@ its credentials: it must, to rebuild its clients).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 #: What a hidden value, or the hidden part of one, is replaced by.
@@ -59,6 +59,11 @@ def mask(value: str | None, keep: int = 0) -> str | None:
         return value
     tail = value[-keep:] if keep and len(value) >= 3 * keep else ""
     return MASK + tail
+
+
+def mask_key(value: str | None) -> str | None:
+    """A key as it may be shown: ``'****'`` and its last 4 characters (``mask(value, keep=4)``)."""
+    return mask(value, keep=4)
 
 
 def url_credentials(url: str) -> list[str]:
@@ -130,7 +135,7 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str],
     return tuple((name, value if name.lower() in HARMLESS_HEADERS else MASK) for name, value in headers)
 
 
-def shown_fields(obj: Any, hidden: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+def shown_fields(obj: Any, hidden: Mapping[str, Callable[[Any], Any]]) -> Iterator[tuple[str, Any]]:
     """``(name, value)`` of each field of the dataclass ``obj``, in order, as its repr may
     show them: a field named in ``hidden`` is shown as ``hidden[name](value)`` (for
     instance :func:`mask`), every other field as it is. Fields left unset (None) stay None."""
@@ -141,12 +146,40 @@ def shown_fields(obj: Any, hidden: Mapping[str, Any]) -> Iterator[tuple[str, Any
         yield f.name, value
 
 
-def shown_repr(obj: Any, hidden: Mapping[str, Any]) -> str:
+def shown_repr(obj: Any, hidden: Mapping[str, Callable[[Any], Any]]) -> str:
     """``Name(field=value, ...)`` of the dataclass ``obj`` with :func:`shown_fields`'s values
     (what its ``__repr__`` returns)."""
     body = ", ".join(f"{name}={value!r}" for name, value in shown_fields(obj, hidden))
     return f"{type(obj).__name__}({body})"
 
 
-__all__ = ["HARMLESS_HEADERS", "MASK", "mask", "redact_connection_string", "redact_headers", "redact_text",
+
+class Redacted:
+    """A mixin giving a config dataclass with credentials its ``repr``/``str``/``__rich_repr__``:
+    the fields named in ``_HIDDEN`` (name -> how its value is shown: :func:`mask`,
+    :func:`mask_key`, :func:`redact_url` ...) are redacted, the others shown as they are.
+    Declare the dataclass with ``repr=False`` so this repr is kept. Equality, hashing and
+    pickling stay the dataclass's own, on the real values.
+
+    Example::
+
+        @dataclass(frozen=True, repr=False)
+        class TokenConfig(Redacted):
+            user: str
+            token: str
+            _HIDDEN: ClassVar[dict[str, Callable[[Any], Any]]] = {"token": mask}
+
+        repr(TokenConfig("me", "s3cr3t"))  # "TokenConfig(user='me', token='****')"
+    """
+
+    _HIDDEN: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
+    def __repr__(self) -> str:
+        return shown_repr(self, self._HIDDEN)
+
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        yield from shown_fields(self, self._HIDDEN)
+
+
+__all__ = ["HARMLESS_HEADERS", "MASK", "Redacted", "mask", "mask_key", "redact_connection_string", "redact_headers", "redact_text",
            "redact_url", "shown_fields", "shown_repr", "url_credentials"]
