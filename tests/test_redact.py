@@ -57,3 +57,30 @@ def test_only_known_harmless_header_values_are_shown():
                             ("X-Api-Key", "PLANTED"), ("accept", "*/*")])
     assert shown == (("Authorization", "****"), ("User-Agent", "me/1.0"), ("X-Api-Key", "****"),
                      ("accept", "*/*"))
+
+
+def test_botocore_debug_lines_lose_the_secrets_handed_to_boto3_and_any_session_token(caplog):
+    import logging
+
+    from turbofeed.redact import hide_in_library_logs
+
+    hide_in_library_logs("PLANTEDsecretKEY123", None, "test")
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("botocore.endpoint").debug(
+        "Sending http request: %s", {"X-Amz-Security-Token": b"PLANTEDprofileTOKEN", "key": "PLANTEDsecretKEY123"})
+    logging.getLogger("botocore.auth").debug("CanonicalRequest:\nx-amz-security-token:PLANTEDprofileTOKEN\nhost")
+    logging.getLogger("botocore.auth").debug("a test line")  # values under 8 characters are left alone
+    text = caplog.text
+    assert "PLANTED" not in text
+    assert "'X-Amz-Security-Token': b'****'" in text and "x-amz-security-token:****" in text
+    assert "a test line" in text
+
+
+def test_a_storage_error_names_its_urls_without_query_or_userinfo():
+    from turbofeed.io.retry import RemoteError, RetryPolicy
+
+    def fail():
+        raise OSError("Error performing GET http://u:PLANTED1@h:1/b/x?sig=PLANTED2 in 1ms: 403")
+    with pytest.raises(RemoteError) as err:
+        RetryPolicy(max_attempts=1).call(fail, what="GET s3://b/x", retryable=lambda exc: False)
+    assert "PLANTED" not in str(err.value) and "http://****@h:1/b/x?****" in str(err.value)

@@ -19,6 +19,10 @@ string                     ``AccountKey`` as a key, any other part as a token
                            (:func:`redact_connection_string`)
 HTTP headers               values of known-harmless headers (``User-Agent`` ...) only
                            (:func:`redact_headers`)
+boto3's DEBUG log lines    the secrets turbofeed gave boto3, and any
+                           ``X-Amz-Security-Token`` value, as ``****``
+                           (:func:`hide_in_library_logs`): botocore logs request headers
+                           and the string it signs, session token included
 =========================  =============================================================
 
 The config classes take their ``repr``/``str``/``__rich_repr__`` from :class:`Redacted`;
@@ -28,7 +32,9 @@ its credentials: it must, to rebuild its clients).
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
 from typing import Any, ClassVar
@@ -154,6 +160,53 @@ def shown_repr(obj: Any, hidden: Mapping[str, Callable[[Any], Any]]) -> str:
 
 
 
+#: The loggers of libraries turbofeed hands credentials to that log request headers.
+LIBRARY_LOGGERS = ("botocore.auth", "botocore.endpoint", "botocore.awsrequest", "botocore.credentials",
+                   "botocore.parsers", "botocore.hooks")
+# A session token header as botocore logs it: in the string to sign (``x-amz-security-token:V``)
+# and in the request's headers (``'X-Amz-Security-Token': b'V'``).
+_TOKEN_HEADER = re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)[^'\"\s,}]+")
+
+
+class _LibraryLogFilter(logging.Filter):
+    """Rewrites a record whose message holds a hidden value or a session token header."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._values: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    def hide(self, values: Iterable[str | None]) -> None:
+        with self._lock:
+            self._values = self._values | {v for v in values if v and len(v) >= 8}  # not 'test'
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot format is logging's problem, not ours
+            return True
+        shown = _TOKEN_HEADER.sub(lambda m: m.group(1) + MASK, text)
+        for value in self._values:
+            shown = shown.replace(value, MASK)
+        if shown != text:
+            record.msg, record.args = shown, None
+        return True
+
+
+_LOG_FILTER = _LibraryLogFilter()
+
+
+def hide_in_library_logs(*values: str | None) -> None:
+    """Keep ``values`` (secrets handed to boto3) and every session token header out of
+    the records of :data:`LIBRARY_LOGGERS`, which log request headers at DEBUG level.
+    Idempotent; the filter is attached to those loggers once and stays."""
+    _LOG_FILTER.hide(values)
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _LOG_FILTER not in logger.filters:
+            logger.addFilter(_LOG_FILTER)
+
+
 class Redacted:
     """A mixin giving a config dataclass with credentials its ``repr``/``str``/``__rich_repr__``:
     the fields named in ``_HIDDEN`` (name -> how its value is shown: :func:`mask`,
@@ -181,5 +234,5 @@ class Redacted:
         yield from shown_fields(self, self._HIDDEN)
 
 
-__all__ = ["HARMLESS_HEADERS", "MASK", "Redacted", "mask", "mask_key", "redact_connection_string", "redact_headers", "redact_text",
+__all__ = ["HARMLESS_HEADERS", "LIBRARY_LOGGERS", "MASK", "Redacted", "hide_in_library_logs", "mask", "mask_key", "redact_connection_string", "redact_headers", "redact_text",
            "redact_url", "shown_fields", "shown_repr", "url_credentials"]
