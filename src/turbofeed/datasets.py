@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Union
 from .engine.fields import FieldOptions
 from .io import FORMATS, PathSpec, S3Config
 from .io.arrays.common import parse_options
+from .redact import redact_url
 
 #: One dataset's paths: a path, a brace pattern, a glob, a folder, an ``s3://`` prefix, or a list of them.
 Paths = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -166,9 +167,16 @@ class Dataset:
         return out
 
     def __repr__(self) -> str:
+        """The data (URLs without userinfo or query string) and the options given (the
+        store config with its credentials redacted)."""
         given = [f"{name}={value!r}" for name, value in self.options().items() if value is not None]
-        data = list(self.data) if isinstance(self.data, tuple) else self.data
+        data = [_shown(d) for d in self.data] if isinstance(self.data, tuple) else _shown(self.data)
         return f"Dataset({', '.join([repr(data), *given])})"
+
+
+def _shown(item: Any) -> Any:
+    """A path as a repr may show it: a URL without its userinfo or query string."""
+    return redact_url(item) if isinstance(item, str) and "://" in item else item
 
 
 @dataclass(frozen=True, repr=False)

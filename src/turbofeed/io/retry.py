@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import TurbofeedError
+from ..redact import redact_text
 
 log = logging.getLogger("turbofeed")
 T = TypeVar("T")
@@ -98,9 +99,10 @@ class RetryPolicy:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line: the error type and the start of its text. obstore's errors end in a
+    """One line: the error type and the start of its text, its URLs without userinfo or
+    query string (:func:`turbofeed.redact.redact_text`). obstore's errors end in a
     multi-line "Debug source:" dump of the whole request, which is cut off."""
-    text = str(exc).split("Debug source:", 1)[0]
+    text = redact_text(str(exc).split("Debug source:", 1)[0])
     text = " ".join(text.split())
     if len(text) > 300:
         text = text[:300] + " ..."

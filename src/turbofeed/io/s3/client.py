@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ...redact import hide_in_library_logs, redact_url
 from . import stores, transfers
 from .config import Auth, ObjectInfo, S3Config, S3Stats, default_config, etag_of
 from .errors import LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, retryable
@@ -187,6 +188,7 @@ class S3Client:
                                request_checksum_calculation="when_required",
                                response_checksum_validation="when_required")
                 creds = {}
+                hide_in_library_logs(a.secret, a.token)  # botocore logs headers at DEBUG level
                 if a.anonymous:
                     options["signature_version"] = botocore.UNSIGNED
                 elif a.key:
@@ -222,7 +224,7 @@ class S3Client:
                         refused += 1
                         if refused >= _FIRST_CONTACT_ATTEMPTS:
                             raise Unreachable(
-                                f"cannot connect to {self.endpoint_of(url) if url else self.endpoint} "
+                                f"cannot connect to {redact_url(self.endpoint_of(url) if url else self.endpoint)} "
                                 f"({refused} attempts; check {_WHERE[stores.family(url) if url else 's3']})") from exc
                     raise
             self._reached = True

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ...engine.counters import Counters
+from ...redact import Redacted, mask, mask_key, redact_url
 from ...units import parse_size
 from ..retry import RemoteError, RetryPolicy
-from .stores import AzureConfig, GCSConfig, HTTPConfig
+from .stores import AzureConfig, GCSConfig, HTTPConfig, check_endpoint
 
 #: The node cache's size bound when :attr:`S3Config.cache_max_bytes` is None (``200G``).
 CACHE_SIZE_ENV = "TURBOFEED_S3_CACHE_SIZE"
@@ -34,8 +36,8 @@ def parse_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-@dataclass(frozen=True)
-class S3Config:
+@dataclass(frozen=True, repr=False)
+class S3Config(Redacted):
     """Where the bucket is, who we are, and how hard to push.
 
     Unset fields come from the usual AWS sources, in boto3's order: the arguments,
@@ -72,6 +74,11 @@ class S3Config:
             (:class:`turbofeed.GCSConfig`, :class:`turbofeed.AzureConfig`,
             :class:`turbofeed.HTTPConfig`; default: their ecosystem's variables). The
             limits, cache and retry fields above serve every store.
+
+    Its ``repr``/``str`` show the secret key as ``'****'`` and its last 4 characters and
+    the session token as ``'****'`` (:mod:`turbofeed.redact`); equality, hashing and
+    pickling use the real values, so a pickled config (and a pickled loader) carries
+    them: credentials from the ``AWS_*`` variables or a profile stay out of pickles.
     """
 
     endpoint_url: str | None = None
@@ -92,7 +99,11 @@ class S3Config:
     azure: AzureConfig | None = None
     http: HTTPConfig | None = None
 
+    _HIDDEN: ClassVar[Mapping[str, Callable[[Any], Any]]] = {
+        "secret_access_key": mask_key, "session_token": mask, "endpoint_url": redact_url}
+
     def __post_init__(self) -> None:
+        check_endpoint(self.endpoint_url, "S3Config(endpoint_url=...)")
         if self.client not in ("auto", "obstore", "boto3"):
             raise ValueError(f"client must be 'auto', 'obstore' or 'boto3', got {self.client!r}")
         if self.max_concurrency < 1 or self.part_size < 1 or self.prefetch_shards < 0:
@@ -217,6 +228,10 @@ class Auth:
         self.anonymous = config.anonymous
         self.endpoint = (config.endpoint_url or env.get("AWS_ENDPOINT_URL_S3")
                          or env.get("AWS_ENDPOINT_URL"))
+        try:
+            check_endpoint(self.endpoint, "AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL")
+        except ValueError as exc:
+            raise CredentialsError(str(exc)) from None
         self.region = config.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
         self.profile = config.profile or env.get("AWS_PROFILE")
         self.key = config.access_key_id

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
+
+from ...redact import Redacted, mask, mask_key, redact_connection_string, redact_headers, redact_url, url_credentials
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
@@ -72,18 +75,49 @@ def split_url(url: str) -> tuple[str, str, str]:
         parts = urlsplit(url)
         if not parts.netloc:
             raise ValueError(f"{url}: no host in the URL")
-        if parts.query:
-            raise ValueError(f"{url}: query strings are not supported (pass tokens as "
-                             "HTTPConfig(headers={'Authorization': ...}))")
+        refuse_credentials(url, "pass tokens as HTTPConfig(headers={'Authorization': ...})")
         return kind, f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
     bucket, _, key = rest.partition("/")
+    if "@" in bucket:
+        refuse_credentials(f"{scheme}://{bucket}", f"pass credentials in the store's config ({_CONFIG_OF[kind]})")
     if not bucket:
         raise ValueError(f"{url}: no {'container' if kind == 'azure' else 'bucket'} in the URL")
     return kind, f"{scheme}://{bucket}", key
 
 
-@dataclass(frozen=True)
-class GCSConfig:
+_CONFIG_OF = {"s3": "S3Config", "gcs": "GCSConfig", "azure": "AzureConfig", "http": "HTTPConfig"}
+_CARRIED = {"userinfo": "user and password", "query": "query string"}
+
+
+def refuse_credentials(url: str, instead: str) -> None:
+    """Refuse a URL that carries a user and password or a query string (either may hold a
+    credential, which the URL would carry into every message, log line and cache key).
+    The message shows the URL redacted (:func:`turbofeed.redact.redact_url`).
+
+    Raises:
+        ValueError: ``https://****@host/x.tar?****: a URL with a user and password and a
+            query string is refused (...); <instead>``.
+    """
+    found = url_credentials(url)
+    if found:
+        carried = " and a ".join(_CARRIED[f] for f in found)
+        raise ValueError(f"{redact_url(url)}: a URL with a {carried} is refused (they would be "
+                         f"repeated in messages and logs); {instead}")
+
+
+def check_endpoint(url: str | None, where: str) -> None:
+    """Refuse an endpoint URL (from ``where``: a config field or a variable) that carries
+    credentials: an endpoint names the service only.
+
+    Raises:
+        ValueError: see :func:`refuse_credentials`.
+    """
+    if url:
+        refuse_credentials(url, f"{where} names the service only: pass credentials in their own settings")
+
+
+@dataclass(frozen=True, repr=False)
+class GCSConfig(Redacted):
     """How ``gs://`` buckets are reached (unset: Google's usual sources).
 
     Args:
@@ -98,9 +132,14 @@ class GCSConfig:
     service_account_path: str | None = None
     anonymous: bool = False
 
+    _HIDDEN: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"endpoint_url": redact_url}
 
-@dataclass(frozen=True)
-class AzureConfig:
+    def __post_init__(self) -> None:
+        check_endpoint(self.endpoint_url, "GCSConfig(endpoint_url=...)")
+
+
+@dataclass(frozen=True, repr=False)
+class AzureConfig(Redacted):
     """How ``az://`` (``azure://``, ``abfs://``) containers are reached (unset: the
     ``AZURE_*`` variables).
 
@@ -121,17 +160,27 @@ class AzureConfig:
     endpoint_url: str | None = None
     anonymous: bool = False
 
+    _HIDDEN: ClassVar[Mapping[str, Callable[[Any], Any]]] = {
+        "connection_string": redact_connection_string, "account_key": mask_key, "sas_token": mask,
+        "endpoint_url": redact_url}
 
-@dataclass(frozen=True)
-class HTTPConfig:
+    def __post_init__(self) -> None:
+        check_endpoint(self.endpoint_url, "AzureConfig(endpoint_url=...)")
+
+
+@dataclass(frozen=True, repr=False)
+class HTTPConfig(Redacted):
     """How ``http(s)://`` shards are fetched.
 
     Args:
         headers: sent with every request, e.g. ``{"Authorization": "Bearer hf_..."}``
-            (a dict, kept as sorted pairs so the config stays hashable).
+            (a dict, kept as sorted pairs so the config stays hashable). Its repr shows
+            the values of known-harmless headers only (``User-Agent`` ...).
     """
 
     headers: Any = field(default=())
+
+    _HIDDEN: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"headers": redact_headers}
 
     def __post_init__(self) -> None:
         pairs = self.headers.items() if isinstance(self.headers, dict) else self.headers
@@ -152,6 +201,7 @@ def client_options(timeout: float, connect_timeout: float, concurrency: int,
 def gcs_endpoint(config: GCSConfig | None) -> str | None:
     """The GCS service URL to use (None: Google's)."""
     host = (config.endpoint_url if config else None) or os.environ.get("STORAGE_EMULATOR_HOST")
+    check_endpoint(host, "STORAGE_EMULATOR_HOST")
     if host and "://" not in host:
         host = "http://" + host  # Google's clients take "localhost:9023" as well
     return host.rstrip("/") if host else None
@@ -205,6 +255,7 @@ def azure_settings(config: AzureConfig | None) -> dict[str, Any]:
             kwargs[key] = value
     if config.anonymous:
         kwargs["skip_signature"] = True
+    check_endpoint(kwargs.get("endpoint"), "the connection string's BlobEndpoint")
     return kwargs
 
 
