@@ -97,12 +97,11 @@ class BuildExt(build_ext):
         return True
 
 
-# The extension's C files: module.c, module_index.c and module_chunk.c hold the CPython bindings; the others use no Python
+# The extension's C files: module*.c hold the CPython bindings; the others use no Python
 # (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
 CSRC = "src/turbofeed/decode/csrc"
-SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_index.c", "module_chunk.c", "chunk.c", "jpeg_window.c",
-                                          "resample.c", "kernels.c",
-                                          "tarindex.c", "jpeg_sizes.c")]
+SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_args.c", "module_index.c", "module_chunk.c", "chunk.c",
+                                          "jpeg_window.c", "resample.c", "kernels.c", "tarindex.c", "jpeg_sizes.c")]
 HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h", "module.h",
                                          "module_index.h", "module_chunk.h", "chunk.h",
                                          "tarindex.h", "jpeg_sizes.h")]

@@ -282,7 +282,7 @@ def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: 
 
 def decode_chunk(buffer: np.ndarray, starts: np.ndarray, sizes: np.ndarray, boxes: np.ndarray, flips: np.ndarray,
                  checks: np.ndarray, rows: np.ndarray, out: np.ndarray, *, channels_first: bool = True,
-                 offset: Sequence[float] | None = None, factor: Sequence[float] | None = None,
+                 offset: Sequence[float] | np.ndarray | None = None, factor: Sequence[float] | np.ndarray | None = None,
                  max_pixels: int | None | DefaultLimit = DEFAULT, emulate_s: float = 0.0) -> np.ndarray:
     """:func:`crop_resize` of every sample of a chunk, in one call that releases the GIL.
 

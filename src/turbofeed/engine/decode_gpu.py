@@ -213,7 +213,7 @@ class ChunkedGpuDecode(GpuDecode):
         ok = chunk.ok()
         gids, js = chunk.gids[ok], chunk.js[ok]
         windows = self.work.windows(gids, chunk.heights[ok], chunk.widths[ok])
-        view = memoryview(chunk.buffer)  # the entries' bytes: views, the buffer lives while they do
+        view = memoryview(chunk.buffer.data)  # the entries' bytes: views, the buffer lives while they do
         starts = chunk.starts[ok]
         entries = job.slot
         for j, gid, first, end, box, height, width, flip, label in zip(

@@ -33,8 +33,8 @@ class Stats:
         seconds: worker-thread seconds per stage (summed over threads) and the caller's
             ``wait`` for batches: the profile that shows the bottleneck.
         timeline: None (the default), or a :class:`Timeline` that the same timers also
-            feed with one span per stage and sample (``turbofeed bench --plot``); set it
-            before iterating.
+            feed with one span per stage and task (a chunk of samples on the native
+            path, one sample elsewhere; ``turbofeed bench --plot``); set it before iterating.
     """
 
     def __init__(self) -> None:

@@ -70,60 +70,6 @@ static int raise_for(int rc, const char *msg) {
     }
 }
 
-static const char *skip_order(const char *fmt) {
-    if (fmt == NULL) return "B";
-    while (*fmt == '@' || *fmt == '=' || *fmt == '<' || *fmt == '>' || *fmt == '!') fmt++;
-    return fmt;
-}
-
-static int read_triple(PyObject *obj, const char *name, float out[3]) {
-    /* PySequence_Size/GetItem, not the PySequence_Fast macros: those are outside the
-     * stable ABI (the extension is built with Py_LIMITED_API, one wheel for every Python). */
-    Py_ssize_t n = PySequence_Check(obj) ? PySequence_Size(obj) : -1;
-    if (n != 3) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be 3 numbers", name);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < 3; i++) {
-        PyObject *item = PySequence_GetItem(obj, i);
-        if (!item) return -1;
-        double v = PyFloat_AsDouble(item);
-        Py_DECREF(item);
-        if (v == -1.0 && PyErr_Occurred()) return -1;
-        out[i] = (float)v;
-    }
-    return 0;
-}
-
-/* Check out (rows times 3*out_h*out_w items; and offset/factor) and fill the target
- * (not mirrored); on failure an exception is set and nothing is held. On success the
- * caller releases out. */
-int tf_get_target(PyObject *out_obj, Py_ssize_t rows, int out_h, int out_w, int chw, PyObject *offset_obj,
-                  PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
-    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
-    if (normalise && (read_triple(offset_obj, "offset", offset) < 0 || read_triple(factor_obj, "factor", factor) < 0))
-        return -1;
-    if (out_h <= 0 || out_w <= 0 || out_h > (1 << 15) || out_w > (1 << 15)) {
-        PyErr_Format(PyExc_ValueError, "output size %dx%d out of range", out_h, out_w);
-        return -1;
-    }
-    if (PyObject_GetBuffer(out_obj, out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
-    const char *fmt = skip_order(out->format);
-    const Py_ssize_t itemsize = normalise ? 4 : 1;
-    if (strcmp(fmt, normalise ? "f" : "B") != 0 || out->itemsize != itemsize ||
-        out->len != rows * 3 * out_h * out_w * itemsize) {
-        PyErr_Format(PyExc_ValueError,
-                     "out must be a C-contiguous %s buffer of %zd*3*%d*%d items (got format '%s', %zd bytes)",
-                     normalise ? "float32" : "uint8", rows, out_h, out_w, fmt, out->len);
-        PyBuffer_Release(out);
-        return -1;
-    }
-    Target target = {out->buf, out_h, out_w, 0, chw, normalise ? offset : NULL, normalise ? factor : NULL};
-    *t = target;
-    return 0;
-}
-
 static int get_target(PyObject *out_obj, int out_h, int out_w, int flip, int chw, PyObject *offset_obj,
                       PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t) {
     if (tf_get_target(out_obj, 1, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, out, t) < 0) return -1;
@@ -296,11 +242,11 @@ static PyObject *py_resize(PyObject *self, PyObject *args, PyObject *kwargs) {
         return NULL;
     if (PyObject_GetBuffer(pixels_obj, &pixels, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
     const int channels = pixels.ndim == 2 ? 1 : pixels.ndim == 3 ? (int)pixels.shape[2] : 0;
-    if (strcmp(skip_order(pixels.format), "B") != 0 || pixels.itemsize != 1 ||
+    if (strcmp(tf_skip_order(pixels.format), "B") != 0 || pixels.itemsize != 1 ||
         !(channels == 1 || channels == 3 || channels == 4) || pixels.shape[0] < 1 || pixels.shape[1] < 1 ||
         pixels.shape[0] > INT32_MAX / 8 || pixels.shape[1] > INT32_MAX / 8) {
         PyErr_Format(PyExc_ValueError, "pixels must be uint8 (H, W[, 1|3|4]), got format '%s' with %d dimensions",
-                     skip_order(pixels.format), pixels.ndim);
+                     tf_skip_order(pixels.format), pixels.ndim);
         PyBuffer_Release(&pixels);
         return NULL;
     }

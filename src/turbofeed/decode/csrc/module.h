@@ -1,5 +1,5 @@
-/* What module.c shares with the other binding files (module_chunk.c): the thread's
- * decoder state and the check of an output buffer. */
+/* What the binding files share: the thread's decoder state (module.c) and the argument
+ * checks (module_args.c). */
 #ifndef TF_MODULE_H
 #define TF_MODULE_H
 
@@ -18,6 +18,9 @@ void tf_thread_state_put(JpegWindow *j);
  * (not mirrored) and holds out; -1 with an exception set and nothing held. */
 int tf_get_target(PyObject *out_obj, Py_ssize_t rows, int out_h, int out_w, int chw, PyObject *offset_obj,
                   PyObject *factor_obj, float offset[3], float factor[3], Py_buffer *out, Target *t);
+
+/* A buffer format without its byte-order prefix ("B" for none). */
+const char *tf_skip_order(const char *fmt);
 
 /* A C-contiguous buffer of count items of format code ("q": int64, "i": int32, "d":
  * float64, "B": uint8; count < 0: any count); -1 with a ValueError naming it, nothing held. */

@@ -10,31 +10,6 @@
 #include "module.h"
 #include "module_chunk.h"
 
-static int format_is(const Py_buffer *view, char code) {
-    const char *f = view->format ? view->format : "B";
-    while (*f == '@' || *f == '=' || *f == '<') f++;
-    if (code == 'q') return view->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
-    if (code == 'i') return view->itemsize == 4 && (strcmp(f, "i") == 0 || (strcmp(f, "l") == 0 && sizeof(long) == 4));
-    if (code == 'd') return view->itemsize == 8 && strcmp(f, "d") == 0;
-    return view->itemsize == 1 && (strcmp(f, "B") == 0 || strcmp(f, "?") == 0 || strcmp(f, "b") == 0);
-}
-
-int tf_typed_buffer(PyObject *obj, const char *name, char code, Py_ssize_t count, Py_buffer *view) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
-    if (!format_is(view, code) || (count >= 0 && view->len != count * view->itemsize)) {
-        static const char *what[] = {"int64", "int32", "float64", "uint8"};
-        const char *type = what[code == 'q' ? 0 : code == 'i' ? 1 : code == 'd' ? 2 : 3];
-        if (count >= 0) {
-            PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %s array of %zd items", name, type, count);
-        } else {
-            PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %s array", name, type);
-        }
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static void release_all(Py_buffer *views, int k) {
     for (int i = 0; i < k; i++) PyBuffer_Release(&views[i]);
 }
