@@ -38,10 +38,21 @@ def test_image_folder_to_tar(image_folder, tmp_path):
     samples = _tar_samples(dst)
     assert [key for key, _ in samples] == folder.table.keys  # same keys, same order
     for i, (key, members) in enumerate(samples):
-        assert members["jpg"] == folder.read(i) and int(members["cls"]) == folder.table.labels[i]
+        assert members["jpg"] == folder.read(i) and "cls" not in members
+        assert json.loads(members["json"]) == {"label": folder.classes[folder.table.labels[i]]}
     index = json.load(open(os.path.join(dst, "index.json")))
     assert [s["nsamples"] for s in index["shardlist"]] == [8, 8, 8, 6]
     assert Dataset(dst).labels.tolist() == Dataset(image_folder).labels.tolist()
+
+
+def test_image_folder_class_names_survive_conversion(image_folder, tmp_path):
+    """Issue 37 #9: the folder names became bare .cls ids, and the converted dataset had
+    no class_names (docs/formats.md promises .json {"label": "cat"})."""
+    dst = str(tmp_path / "named")
+    to_tar(image_folder, dst, per_shard=8, progress=False)
+    before, after = Dataset(image_folder), Dataset(dst)
+    assert before.class_names and after.class_names == before.class_names
+    assert [after.class_names[k] for k in after.labels] == [before.class_names[k] for k in before.labels]
 
 
 def test_parquet_to_tar_keys_are_row_numbers(fixed_images, array_dataset, tmp_path):

@@ -94,3 +94,35 @@ def test_a_failing_probe_names_no_tracker_that_does_not_exist():
     entry = _guard("native decoder", probe)
     assert entry["on"] is False and "OSError: boom" in entry["why"]
     assert "tracker yet" in entry["fix"] and "turbofeed doctor --json" in entry["fix"]
+
+
+def _broken_torchvision(folder) -> str:
+    """A torchvision package whose import fails as one built for another torch does."""
+    package = folder / "torchvision"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    (package / "io.py").write_text("")
+    return os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
+
+
+def test_a_torchvision_that_fails_to_import_is_named_with_its_error(tmp_path):
+    """Issue 37 #8: the GPU decoder line said "a fault in turbofeed's own check"."""
+    report = _collect_in_subprocess(PYTHONPATH=_broken_torchvision(tmp_path))
+    entry = report["gpu_decoder"]
+    assert not entry["on"] and "own check" not in entry["why"] + (entry["fix"] or "")
+    assert "torchvision" in entry["why"] and "operator torchvision::nms does not exist" in entry["why"]
+    assert "torchvision" in entry["fix"]
+    text = subprocess.run([sys.executable, "-m", "turbofeed", "doctor"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": _broken_torchvision(tmp_path / "again")})
+    assert text.returncode == 0 and "operator torchvision::nms does not exist" in text.stdout
+
+
+def test_find_backend_names_a_backend_that_fails_to_import(tmp_path):
+    """With CUDA, the loader's own backend search said nothing of the broken torchvision
+    (it raised past its "never raises")."""
+    code = ("import torch; torch.cuda.is_available = lambda: True; "
+            "from turbofeed.decode.gpu import find_backend; print(find_backend('torchvision'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": _broken_torchvision(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "(None," in done.stdout and "operator torchvision::nms does not exist" in done.stdout

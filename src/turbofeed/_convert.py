@@ -178,6 +178,8 @@ def _write_sample(ds: Dataset, gid: int, key: str, writer: ShardWriter) -> bool:
         log.warning("turbofeed: convert: leaving out %s/%s: %s", source.path, source.table.keys[i], exc)
         return False
     label = source.table.labels[i]
+    if source.classes and label is not None:  # an ImageFolder's ids: the names are its class folders
+        label = source.classes[int(label)]
     if isinstance(label, str):  # not .txt: a .txt that is not an integer is a caption (io.labels)
         members["json"] = json.dumps({"label": label}).encode("utf-8")
     elif label is not None:

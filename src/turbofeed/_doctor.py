@@ -19,6 +19,8 @@ CUDA_TORCH_FIX = ("install a CUDA build of PyTorch: the pip command for your CUD
                   "https://pytorch.org/get-started/locally/")
 GPU_BACKEND_FIX = ("pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' (CUDA 12: -cu12; or torchvision built for "
                    "your torch: pip install torchvision)")
+BROKEN_BACKEND_FIX = ("reinstall the backend for this torch: pip install --force-reinstall torchvision "
+                      "(the build for your torch version: https://pytorch.org/get-started/locally/)")
 GDS_FIX = "pip install 'turbofeed[gds]'"
 S3_FIX = "pip install 'turbofeed[s3]'"
 _GPU_MODULES = {"nvimgcodec": "nvidia.nvimgcodec", "torchvision": "torchvision.io"}
@@ -82,12 +84,16 @@ def _gpu_decoder(cuda: dict[str, Any], torch: Any) -> dict[str, Any]:
     from .decode.gpu import find_backend
 
     name, reason = find_backend("auto")
-    installed = [b for b, module in _GPU_MODULES.items() if _has_module(module)]
-    backends = f"backends installed: {', '.join(installed) or 'none'}"
+    found = {b: _import_error(module) for b, module in _GPU_MODULES.items() if _has_module(module)}
+    installed = [b for b, error in found.items() if error is None]
+    broken = [f"{b} is installed but fails to import ({error})" for b, error in found.items() if error]
+    backends = "; ".join([f"backends installed: {', '.join(installed) or 'none'}", *broken])
     if name is not None:
         return _entry(True, f"{reason} ({backends}); used with gpu_decode=True")
     if torch is None:
         fix = TORCH_FIX
+    elif broken:
+        fix = BROKEN_BACKEND_FIX if cuda["on"] else f"{cuda['fix']}; and {BROKEN_BACKEND_FIX}"
     elif not cuda["on"]:
         fix = cuda["fix"] if installed else f"{cuda['fix']}; then {GPU_BACKEND_FIX}"
     else:
@@ -96,10 +102,23 @@ def _gpu_decoder(cuda: dict[str, Any], torch: Any) -> dict[str, Any]:
 
 
 def _has_module(module: str) -> bool:
+    """Whether ``module`` is installed: found, or its package is there but fails to
+    import (:func:`_import_error` says how)."""
     try:
         return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that is missing or broken
+    except (ImportError, ValueError):  # a parent package that is missing
         return False
+    except Exception:  # noqa: BLE001 - the parent package raised while importing: installed, broken
+        return True
+
+
+def _import_error(module: str) -> str | None:
+    """Why an installed ``module`` fails to import (``RuntimeError: ...``), or None."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a torchvision built for another torch raises anything
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _kvikio(status: Any) -> dict[str, Any]:

@@ -114,18 +114,22 @@ def find_backend(preferred: str = "auto") -> tuple[str | None, str]:
     if not torch.cuda.is_available():
         return None, "no CUDA GPU visible to PyTorch"
     wanted = BACKENDS if preferred == "auto" else (preferred,)
-    missing = []
+    missing, broken = [], []
     for name in wanted:
         module = "nvidia.nvimgcodec" if name == "nvimgcodec" else "torchvision.io"
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
             found = False
+        except Exception as exc:  # installed, but its package fails to import (built for another torch)
+            broken.append(f"{name} is installed but fails to import ({type(exc).__name__}: {exc})")
+            continue
         if found:
             return name, f"{name} on {torch.cuda.get_device_name()}"
         missing.append(name)
-    return None, (f"none of {missing} is installed (pip install torchvision, or nvidia-nvimgcodec-cu13[nvjpeg]; "
-                  "CUDA 12: -cu12)")
+    why = [f"none of {missing} is installed"] if missing else []
+    return None, "; ".join(why + broken) + (" (pip install torchvision built for your torch, or "
+                                            "nvidia-nvimgcodec-cu13[nvjpeg]; CUDA 12: -cu12)")
 
 
 class GpuDecoder:

@@ -13,6 +13,7 @@ aborted on any failure, so a failed write leaves no object (or the old one).
 from __future__ import annotations
 
 from ..io.s3.client import S3Client
+from ..io.s3.versions import ObjectInfo, etag_of
 from .buffers import StagingPool
 from .config import GDSConfig
 from .errors import BufferTooSmallError, GDSError
@@ -59,9 +60,10 @@ class ObjectIO:
             RemoteError: a request failed for good (the message names URL and range).
         """
         if object_size is None:
-            info = self.s3.head(url)
-            object_size, etag = info.size, info.etag
-        total = object_size
+            expect = self.s3.head(url)
+        else:
+            expect = ObjectInfo(url, object_size, etag_of(etag))
+        total = expect.size
         if offset < 0 or offset > total:
             raise GDSError(f"{url}: offset {offset} is outside the object ({total} bytes)")
         n = total - offset if size is None else size
@@ -72,11 +74,11 @@ class ObjectIO:
 
         def chunk(pos: int, k: int) -> None:
             if not buf.on_device:
-                buf.view[pos:pos + k] = self.s3.get_range(url, offset + pos, offset + pos + k, etag=etag)
+                buf.view[pos:pos + k] = self.s3.get_range(url, offset + pos, offset + pos + k, expect=expect)
                 return
             # GET before taking a staging buffer: the pool is held only for the short
             # memcpy + DMA, not for the network round trip.
-            data = self.s3.get_range(url, offset + pos, offset + pos + k, etag=etag)
+            data = self.s3.get_range(url, offset + pos, offset + pos + k, expect=expect)
             with self._pool.acquire() as staging:
                 staging.view[:k] = data
                 del data

@@ -12,7 +12,7 @@ import numpy as np
 from .._deps import tqdm
 
 from ..engine.executor import Executor, result_or_closed
-from ..errors import DatasetError
+from ..errors import DatasetError, StorageError
 from .arrays.common import parse_options
 from .dsindex.auto import memory_index
 from .dsindex.find import find_index
@@ -165,13 +165,20 @@ class Dataset:
         Raises:
             DatasetError: a changed file is now unreadable under ``on_damage="raise"``, or
                 the dataset has no samples left.
+            StorageError: a changed file cannot be opened at all (deleted, a directory in
+                its place, no permission); the next call tries it again.
         """
         changed = [k for k, s in enumerate(self.sources) if s.changed()]
         for k in changed:
-            log.warning("turbofeed: %s changed on disk since it was indexed; re-indexing it",
-                        self.sources[k].path)
+            path = self.sources[k].path
+            log.warning("turbofeed: %s changed on disk since it was indexed; re-indexing it", path)
             self.sources[k].close()
-            self.sources[k] = self._opener.open(*self._located[k])
+            try:
+                self.sources[k] = self._opener.open(*self._located[k])
+            except OSError as exc:  # gone between passes: a storage fault, as it is during one
+                why = ("deleted or renamed away" if isinstance(exc, FileNotFoundError)
+                       else f"cannot be opened ({exc.strerror or exc})")
+                raise StorageError(path, f"{why} since it was indexed") from exc
         if changed:
             _log_problems([self.sources[k] for k in changed])
             self._join()

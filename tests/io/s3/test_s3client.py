@@ -71,14 +71,14 @@ def test_ranged_reads_listing_and_downloads_are_exact(server, blob, backend, tmp
     assert client.list(f"s3://{BUCKET}/blobs/blo")[0] == info
     for start, end in [(0, 1), (1000, 1777), (len(data) - 10, len(data)), (5, 5)]:
         assert bytes(client.get_range(url, start, end)) == data[start:end]
-    assert bytes(client.get_range(url, 7, 99, etag=info.etag)) == data[7:99]
+    assert bytes(client.get_range(url, 7, 99, expect=info)) == data[7:99]
     out = bytearray(len(data) - 100)
     client.read_into(url, 100, memoryview(out))
     assert out == data[100:]
     path = tmp_path / "copy.bin"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
-        client.download_to(url, len(data), fd, etag=info.etag)
+        client.download_to(url, len(data), fd, expect=info)
     finally:
         os.close(fd)
     assert path.read_bytes() == data
@@ -169,12 +169,12 @@ def test_a_replaced_object_fails_its_if_match_reads(server, backend):
     url = f"s3://{BUCKET}/blobs/replaced.bin"
     client = S3Client(_config(server.endpoint, client=backend))
     client.put(url, b"first version" * 100)
-    old = client.head(url).etag
+    old = client.head(url)
     client.put(url, b"second version" * 100)
     with pytest.raises(RemoteError) as info:
-        client.get_range(url, 0, 10, etag=old)
+        client.get_range(url, 0, 10, expect=old)
     assert changed(info.value) and client.stats.retries == 0
-    assert bytes(client.get_range(url, 0, 6, etag=client.head(url).etag)) == b"second"
+    assert bytes(client.get_range(url, 0, 6, expect=client.head(url))) == b"second"
 
 
 def test_unreachable_endpoint_fails_in_three_quick_tries_until_it_has_answered(server, blob):

@@ -102,12 +102,18 @@ def end_process(proc: subprocess.Popen | None) -> None:
 
 class RangeHTTPServer:
     """Serves ``files`` (path -> bytes) over HTTP/1.1 with ``Range``, ``ETag`` (the content's
-    digest), ``If-Match`` (412 on another version) and ``HEAD``; ``stop()``/``start()`` on
-    the same port."""
+    digest), ``Last-Modified`` (a time of its own per version, as a rewritten file's mtime),
+    ``If-Match`` (412 on another version, and on any tag but ``*`` when the server has no
+    strong ETag to compare, as RFC 9110 says) and ``HEAD``; ``stop()``/``start()`` on the
+    same port. ``etags`` and ``last_modified`` make it a server that sends less, as nginx
+    with ``etag off``, Express (weak ETags) or a bare range server do."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, *, etags: str | None = "strong",
+                 last_modified: bool = True) -> None:
         self.files: dict[str, bytes] = {}
         self.token = token  # set: requests need "Authorization: Bearer <token>" (else 401)
+        self.etags = etags  # "strong", "weak" (W/"...") or None (no ETag header)
+        self.last_modified = last_modified
         self.requests = 0
         self._open: set[socket.socket] = set()  # keep-alive connections, cut by stop()
         self.port = free_port()
@@ -142,8 +148,10 @@ class RangeHTTPServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                etag = '"' + hashlib.md5(data).hexdigest() + '"'
-                if self.headers.get("If-Match") not in (None, etag, "*"):
+                digest = hashlib.md5(data).hexdigest()
+                etag = f'"{digest}"'
+                matches = (None, "*", etag) if owner.etags == "strong" else (None, "*")
+                if self.headers.get("If-Match") not in matches:
                     self.send_response(412)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
@@ -157,8 +165,11 @@ class RangeHTTPServer:
                     status = 206
                 self.send_response(status)
                 self.send_header("Content-Length", str(end - start))
-                self.send_header("ETag", etag)
-                self.send_header("Last-Modified", email.utils.formatdate(0, usegmt=True))
+                if owner.etags is not None:
+                    self.send_header("ETag", etag if owner.etags == "strong" else f"W/{etag}")
+                if owner.last_modified:  # a second of its own per version: no sleep between versions
+                    when = 1_600_000_000 + int(digest[:6], 16)
+                    self.send_header("Last-Modified", email.utils.formatdate(when, usegmt=True))
                 self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")

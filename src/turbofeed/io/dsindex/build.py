@@ -172,14 +172,14 @@ def _part(kind: str, path: str, info: ObjectInfo | None, client: S3Client | None
             raise DatasetError(f"{path}: cannot index: {exc}") from exc
     assert info is not None and client is not None
     if path.endswith(COMPRESSED) or info.size == 0:
-        return unindexed_part(etag=info.etag, size=info.size)
+        return unindexed_part(etag=info.version, size=info.size)
     try:
         with temporary_copy(client, info, scratch) as (fd, _), os.fdopen(os.dup(fd), "rb") as f:
             members, damage = scan_arrays(f, info.size)
             part = shard_part(members, damage, f.fileno())
     except (RemoteError, OSError) as exc:
         raise DatasetError(f"{path}: cannot index: {exc}") from exc
-    part.entry.update(etag=info.etag, size=info.size)
+    part.entry.update(etag=info.version, size=info.size)
     return part
 
 

@@ -200,7 +200,7 @@ class DatasetIndex:
         shards = opener.shards
         assert shards is not None, "an Opener makes the shards of every s3 path it is given"
         info = shards.infos[path]
-        if (info.etag, info.size) != (entry.get("etag"), entry.get("size")):
+        if (info.version, info.size) != (entry.get("etag"), entry.get("size")):
             return None
         table, damage = self._usable(k, opener.labels)
         report_damage(damage, path, len(table), opener.on_damage)

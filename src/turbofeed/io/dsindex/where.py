@@ -110,7 +110,7 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
                 raise
     if info is None:
         return None
-    local = s3_copy_path(url, info.etag, info.size, cache_dir)
+    local = s3_copy_path(url, info.version, info.size, cache_dir)
     folder, stem = os.path.dirname(local), os.path.basename(local).split("-")[0]
     try:
         if os.path.getsize(local) == info.size:
@@ -120,7 +120,7 @@ def s3_copy(url: str, client: S3Client, cache_dir: str | None, *, ask: bool = Fa
     private_dirs(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=".tmp")
     try:
-        client.download_to(url, info.size, fd, etag=info.etag)
+        client.download_to(url, info.size, fd, expect=info)
         os.close(fd)
         fd = -1
         os.chmod(tmp, 0o644)

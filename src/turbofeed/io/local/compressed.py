@@ -361,10 +361,10 @@ def local_plain_copy(path: str, identity: FileId, cache: ShardCache, size: int |
     return PlainCopy(cache, name, path, open_compressed, size, identity.size)
 
 
-def index_plain(plain: PlainCopy, key: dict, index_path: str, shard: str) -> dict:
-    """The index of ``plain``'s tar, cached at ``index_path`` under ``key`` (the compressed
-    shard's identity) with the copy's size (``plain_bytes``), which ``plain.size`` is set
-    to. The copy is made if need be and pinned only while it is indexed.
+def index_plain(plain: PlainCopy, key: dict, index_path: str | None, shard: str) -> dict:
+    """The index of ``plain``'s tar, cached at ``index_path`` (None: not cached) under
+    ``key`` (the compressed shard's identity) with the copy's size (``plain_bytes``), which
+    ``plain.size`` is set to. The copy is made if need be and pinned only while it is indexed.
 
     Raises:
         StorageError: the copy does not fit in the node cache.

@@ -255,11 +255,14 @@ def load_index(path: str, cache_dir: str | None = None) -> dict:
     return index_shard(path)
 
 
-def cached_index(cached: str, key: dict, build: Callable[[], dict], what: str) -> dict:
+def cached_index(cached: str | None, key: dict, build: Callable[[], dict], what: str) -> dict:
     """The index stored at ``cached`` when its version and the ``key`` fields match (the
-    shard it describes is unchanged), else ``build()``, stored there for next time. A
+    shard it describes is unchanged), else ``build()``, stored there for next time (None:
+    ``build()``, stored nowhere: the shard's version cannot be known again). A
     stored index that others could have written is not used (one warning says why:
     :mod:`turbofeed.io.local.private`); the cache's folders are created mode 0700."""
+    if cached is None:
+        return build()
     try:
         if trusted(cached, "the cached index"):
             with open(cached) as f:

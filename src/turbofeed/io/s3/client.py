@@ -12,9 +12,9 @@ request keeps its slot until its bytes are consumed (written to the cache file o
 copied out), each holding at most ``part_size`` bytes (or one sample), so bytes
 buffered by the client stay below ``max_concurrency * part_size``.
 
-Transfers of many parts (whole objects, uploads) are in :mod:`turbofeed.io.s3.transfers`;
-configuration, credentials and counters in :mod:`turbofeed.io.s3.config`; what an error
-means in :mod:`turbofeed.io.s3.errors`.
+Transfers of many parts (whole objects, uploads) are in :mod:`.transfers`; configuration,
+credentials and counters in :mod:`.config`; what an error means in :mod:`.errors`; what
+tells an object's versions apart, and how each read checks it, in :mod:`.versions`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 from ...redact import hide_in_library_logs, redact_url
 from . import stores, transfers
-from .config import Auth, ObjectInfo, S3Config, S3Stats, default_config, etag_of
+from .config import Auth, S3Config, S3Stats, default_config
 from .errors import LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, retryable
+from .versions import ObjectInfo, check_same, info_of
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -234,17 +235,17 @@ class S3Client:
 
     # ----- reads ----------------------------------------------------------------------
     def head(self, url: str) -> ObjectInfo:
-        """Size and ETag of one object (RemoteError from FileNotFoundError if missing)."""
+        """Size and version of one object (RemoteError from FileNotFoundError if missing)."""
         kind, root, key = stores.split_url(url)
         if self._obstore(kind):
             import obstore
 
             store = self._store(kind, root)
             meta = self._call(lambda: obstore.head(store, key), f"HEAD {url}", url)
-            return ObjectInfo(url, int(meta["size"]), etag_of(meta.get("e_tag")))
+            return info_of(url, int(meta["size"]), meta.get("e_tag"), meta.get("last_modified"))
         s3 = self.boto3_client()
         meta = self._call(lambda: s3.head_object(Bucket=root[5:], Key=key), f"HEAD {url}", url)
-        return ObjectInfo(url, int(meta["ContentLength"]), etag_of(meta.get("ETag")))
+        return info_of(url, int(meta["ContentLength"]), meta.get("ETag"), meta.get("LastModified"))
 
     def list(self, url: str) -> list[ObjectInfo]:
         """Objects whose URL starts with ``url`` (a folder when it ends with ``/``), sorted.
@@ -270,8 +271,7 @@ class S3Client:
                 return found
             for meta in self._call(run, f"LIST {url}", url):
                 if meta["path"].startswith(prefix):
-                    out.append(ObjectInfo(f"{root}/{meta['path']}", int(meta["size"]),
-                                          etag_of(meta.get("e_tag"))))
+                    out.append(info_of(f"{root}/{meta['path']}", int(meta["size"]), meta.get("e_tag"), meta.get("last_modified")))
         else:
             s3 = self.boto3_client()
 
@@ -279,17 +279,17 @@ class S3Client:
                 pages = s3.get_paginator("list_objects_v2").paginate(Bucket=root[5:], Prefix=prefix)
                 return [o for page in pages for o in page.get("Contents", [])]
             for obj in self._call(run, f"LIST {url}", url):
-                out.append(ObjectInfo(f"{root}/{obj['Key']}", int(obj["Size"]), etag_of(obj.get("ETag"))))
+                out.append(info_of(f"{root}/{obj['Key']}", int(obj["Size"]), obj.get("ETag"), obj.get("LastModified")))
         out.sort(key=lambda o: o.url)
         return out
 
-    def get_range(self, url: str, start: int, end: int, *, etag: str | None = None,
+    def get_range(self, url: str, start: int, end: int, *, expect: ObjectInfo | None = None,
                   sink: Callable[[memoryview], None] | None = None) -> memoryview:
         """Bytes ``[start, end)`` of the object, exactly ``end - start`` of them.
 
         Args:
-            etag: when given, the GET carries ``If-Match``: a replaced object fails
-                (final, see :func:`changed`) instead of returning bytes of another version.
+            expect: the version to read (checked as :mod:`.versions` says): a replaced object
+                fails (final, see :func:`changed`) instead of returning bytes of another version.
             sink: called with the bytes while the request still holds its concurrency
                 slot (so buffered bytes stay bounded); its ``OSError`` is final.
         """
@@ -301,17 +301,19 @@ class S3Client:
             import obstore
 
             store = self._store(kind, root)
-            if etag:
-                options: GetOptions = {"range": (start, end), "if_match": f'"{etag}"'}
+            options: GetOptions = {"range": (start, end)}
+            if expect is not None and expect.etag:  # else checked below (a weak ETag never matches)
+                options["if_match"] = f'"{expect.etag}"'
 
-                def request() -> memoryview:
-                    return memoryview(obstore.get(store, key, options=options).bytes())
-            else:
-                def request() -> memoryview:
+            def request() -> memoryview:
+                if expect is None:
                     return memoryview(obstore.get_range(store, key, start=start, end=end))
+                result = obstore.get(store, key, options=options)
+                check_same(expect, int(result.meta["size"]), result.meta.get("last_modified"))
+                return memoryview(result.bytes())
         else:
             s3 = self.boto3_client()
-            extra = {"IfMatch": f'"{etag}"'} if etag else {}
+            extra = {"IfMatch": f'"{expect.etag}"'} if expect is not None and expect.etag else {}
 
             def request() -> memoryview:
                 body = s3.get_object(Bucket=root[5:], Key=key, Range=f"bytes={start}-{end - 1}",
@@ -341,21 +343,21 @@ class S3Client:
         transfers.read_into(self, url, offset, out)
 
     def download_to(self, url: str, size: int, fd: int, stop: threading.Event | None = None,
-                    *, etag: str | None = None, start: int = 0) -> None:
+                    *, expect: ObjectInfo | None = None, start: int = 0) -> None:
         """Write the whole object (``size`` bytes), or its bytes ``[start, start + size)``,
         into the open file ``fd`` at offsets ``0 .. size - 1`` (``pwrite``), ``part_size``
         bytes per ranged GET, up to ``max_concurrency`` at once.
 
         Args:
-            etag: the version expected (``If-Match`` on every part), so a copy is never
-                stitched together from two versions of an object replaced meanwhile.
+            expect: the version expected (checked on every part, as by :meth:`get_range`),
+                so a copy is never stitched together from two versions of an object.
             start: the object's offset of the first byte (a piece of a shard, streaming).
 
         Raises:
             InterruptedError: ``stop`` was set (the file is incomplete).
             RemoteError: a part failed for good.
         """
-        transfers.download_to(self, url, size, fd, stop, etag=etag, start=start)
+        transfers.download_to(self, url, size, fd, stop, expect=expect, start=start)
 
     # ----- writes ---------------------------------------------------------------------
     def upload(self, url: str, size: int, read_part: Callable[[int, int], memoryview]) -> str:

@@ -53,7 +53,7 @@ def open_plain(shards: S3Shards, info: ObjectInfo, copy_name: str, key: dict) ->
         StorageError: the plain copy does not fit in the node cache.
         DatasetError: not a compressed tar, or a corrupt stream.
     """
-    plain = PlainCopy(shards.cache, object_name(info.url, info.etag, info.size, ".plain.tar"), info.url,
+    plain = PlainCopy(shards.cache, object_name(info.url, info.version, info.size, ".plain.tar"), info.url,
                       lambda: _compressed_copy(shards, info, copy_name), packed=info.size)
     key = {**key, "plain_copy": 2}  # 2: the copy's size recorded
     return plain, index_plain(plain, key, shards._index_path(info), info.url)
@@ -77,7 +77,7 @@ def _compressed_copy(shards: S3Shards, info: ObjectInfo, copy_name: str) -> Iter
     fd, path = tempfile.mkstemp(prefix="compressed-", suffix=".part", dir=shards.scratch)
     with os.fdopen(fd, "w+b") as tmp:
         remove_file(path)  # unlinked: its space goes when it is closed, even after a crash
-        shards.client.download_to(info.url, info.size, fd, shards._stop, etag=info.etag)
+        shards.client.download_to(info.url, info.size, fd, shards._stop, expect=info)
         if os.fstat(fd).st_size != info.size:
             raise OSError(f"{info.url}: the download holds {os.fstat(fd).st_size} bytes, "
                           f"the object {info.size}")

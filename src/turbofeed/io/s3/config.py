@@ -14,6 +14,7 @@ from ...redact import Redacted, mask, mask_key, redact_url
 from ...units import parse_size
 from ..retry import RemoteError, RetryPolicy
 from .stores import AzureConfig, GCSConfig, HTTPConfig, check_endpoint
+from .versions import ObjectInfo, etag_of  # noqa: F401 - where they were always imported from
 
 #: The node cache's size bound when :attr:`S3Config.cache_max_bytes` is None (``200G``).
 CACHE_SIZE_ENV = "TURBOFEED_S3_CACHE_SIZE"
@@ -195,20 +196,6 @@ class S3Stats:
 
     def __repr__(self) -> str:
         return f"S3Stats({self.as_dict()})"
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One object: its URL, size and ETag (quotes stripped)."""
-
-    url: str
-    size: int
-    etag: str
-
-
-def etag_of(value: str | None) -> str:
-    """An ETag as :class:`ObjectInfo` holds it: without its quotes (``""`` when there is none)."""
-    return (value or "").strip('"')
 
 
 class Auth:

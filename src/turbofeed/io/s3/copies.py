@@ -50,7 +50,7 @@ def temporary_copy(client: S3Client, info: ObjectInfo, folder: str,
     _remove_stale(folder)
     fd, path = tempfile.mkstemp(prefix="copy-", suffix=".tar", dir=folder)
     try:
-        client.download_to(info.url, info.size, fd, stop, etag=info.etag)
+        client.download_to(info.url, info.size, fd, stop, expect=info)
         check_copy(info, fd, path)
         yield fd, path
     finally:

@@ -12,6 +12,7 @@ import socket
 
 from ...errors import MissingExtra, TurbofeedError
 from .config import CredentialsError
+from .versions import ObjectChanged
 
 _FINAL_STATUS = {400, 401, 403, 404, 405, 409, 411, 412, 416}
 _FINAL_NAMES = {  # obstore and botocore error types that waiting cannot fix
@@ -46,7 +47,7 @@ class LocalWriteError(TurbofeedError):
 def retryable(exc: BaseException) -> bool:
     """5xx, throttling, timeouts, dropped connections and short bodies: yes; 4xx,
     missing objects, credentials and local failures: no."""
-    if isinstance(exc, (Unreachable, LocalWriteError, CredentialsError, FileNotFoundError,
+    if isinstance(exc, (Unreachable, LocalWriteError, CredentialsError, ObjectChanged, FileNotFoundError,
                         PermissionError, ValueError, TypeError)):
         return False
     if isinstance(exc, (ConnectionError, TimeoutError, ShortRead)):
@@ -85,9 +86,10 @@ def not_found(exc: BaseException | None) -> bool:
 
 
 def changed(exc: BaseException | None) -> bool:
-    """``exc`` (or its cause) is a failed ``If-Match``: the object was replaced."""
+    """``exc`` (or its cause) is a failed ``If-Match``, or a response of another
+    ``Last-Modified`` or size (:class:`ObjectChanged`): the object was replaced."""
     while exc is not None:
-        if type(exc).__name__ == "PreconditionError":
+        if isinstance(exc, ObjectChanged) or type(exc).__name__ == "PreconditionError":
             return True
         response = getattr(exc, "response", None)
         if isinstance(response, dict) and str(response.get("Error", {}).get("Code")) in (

@@ -3,21 +3,21 @@
 
 How a shard is read (``S3TarSource``):
 
-1. **Index** (at dataset construction): from the local index cache, keyed by URL +
-   ETag + size, so a second run costs one LIST and no GET. On a miss the shard is
-   downloaded once into the node cache with parallel ranged GETs and indexed there
+1. **Index** (at dataset construction): from the local index cache, keyed by URL + version
+   (:mod:`.versions`) + size, so a second run costs one LIST and no GET. On a miss the
+   shard is downloaded once into the node cache with parallel ranged GETs and indexed there
    with the same code as a local tar (labels included), pinned meanwhile so that no
-   eviction removes it under the indexer; the copy stays cached for the epoch. A shard
-   the cache has no room for (larger than its bound, or the room is in use) is indexed
-   from a private temporary copy (a unique name under ``s3-indexing/``, outside the
-   bounded cache, removed at once). The copy's size must be the object's, or nothing
-   is indexed or stored. Shards are indexed 8 at a time.
+   eviction removes it under the indexer; the copy stays cached for the epoch. A shard the
+   cache has no room for (larger than its bound, or the room is in use) is indexed from a
+   private temporary copy (a unique name under ``s3-indexing/``, outside the bounded cache,
+   removed at once). The copy's size must be the object's, or nothing is indexed or stored.
+   Shards are indexed 8 at a time.
 2. **Samples**: from the cached copy with one ``pread`` when it is there; otherwise one
-   ranged GET of exactly the sample's bytes (from the loader's worker threads, so as
-   many in flight as there are workers), and the shard is queued for prefetch. Every
-   GET carries ``If-Match: <ETag at indexing>``, so an object replaced during training
-   fails with a :class:`~turbofeed.errors.StorageError` instead of returning bytes at the
-   old offsets; so does a GET that still fails after the retry policy (an outage).
+   ranged GET of exactly the sample's bytes (from the loader's worker threads, so as many
+   in flight as there are workers), and the shard is queued for prefetch. Every GET checks
+   the version indexed (``If-Match``, :mod:`.versions`), so an object replaced during
+   training fails with a :class:`~turbofeed.errors.StorageError` instead of returning bytes
+   at the old offsets; so does a GET that still fails after the retry policy (an outage).
 3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.engine.executor.Executor`
    per dataset, ``turbofeed-prefetch-<i>``) download whole shards into the node cache
    in the order they are first needed (plus the next shards in dataset order), so
@@ -57,6 +57,7 @@ from .copies import check_copy, temporary_copy
 from .config import ObjectInfo, S3Config, S3Stats, cache_limit, default_config
 from .errors import changed, not_found
 from .urls import COMPRESSED, shared_client, stat
+from .versions import warn_unversioned
 
 if TYPE_CHECKING:
     from ..local.compressed import PlainCopy
@@ -103,6 +104,7 @@ class S3Shards:
                     raise
         except RemoteError as exc:
             raise DatasetError(str(exc)) from exc
+        warn_unversioned(list(self.infos.values()))
         self.cache = ShardCache(os.path.join(cache_dir, "s3"), cache_limit(self.config),
                                 on_evict=functools.partial(_evicted, self.client.stats))
         total = sum(i.size for i in self.infos.values())
@@ -141,7 +143,7 @@ class S3Shards:
     def _open_compressed(self, info: ObjectInfo, on_damage: str, labels: bool) -> S3TarSource:
         try:
             plain, index = open_plain(self, info, _cache_name(info), {
-                "etag": info.etag, "size": info.size, "url": info.url, "s3_index": _S3_INDEX})
+                "etag": info.version, "size": info.size, "url": info.url, "s3_index": _S3_INDEX})
         except DatasetError as exc:  # not a compressed tar, or a corrupt stream: reported
             index = unreadable_index(TarDamage(0, str(exc).removeprefix(f"{info.url}: "), cut=False))
             return S3TarSource(info, index, self, on_damage=on_damage, labels=labels)
@@ -151,11 +153,13 @@ class S3Shards:
             plain.release()
             raise
 
-    def _index_path(self, info: ObjectInfo) -> str:
-        return os.path.join(self.index_dir, object_name(info.url, info.etag, info.size, ".json"))
+    def _index_path(self, info: ObjectInfo) -> str | None:
+        """Where ``info``'s index is cached (None: its key could never be found again)."""
+        name = object_name(info.url, info.version, info.size, ".json")
+        return os.path.join(self.index_dir, name) if info.versioned else None
 
     def _index(self, info: ObjectInfo) -> dict:
-        key = {"etag": info.etag, "size": info.size, "url": info.url, "s3_index": _S3_INDEX}
+        key = {"etag": info.version, "size": info.size, "url": info.url, "s3_index": _S3_INDEX}
         return cached_index(self._index_path(info), key, lambda: self._build(info), info.url)
 
     def _build(self, info: ObjectInfo) -> dict:
@@ -166,10 +170,11 @@ class S3Shards:
             index = self._build_from_temporary_copy(info)
         else:
             try:
-                index = _index_copy(info, fd, self.cache.path(_cache_name(info)))
+                check_copy(info, fd, self.cache.path(_cache_name(info)))
+                index = index_shard(self.cache.path(_cache_name(info)))
             finally:
                 os.close(fd)  # unpins it
-        index.update(etag=info.etag, size=info.size, url=info.url, s3_index=_S3_INDEX)
+        index.update(etag=info.version, size=info.size, url=info.url, s3_index=_S3_INDEX)
         return index
 
     def _build_from_temporary_copy(self, info: ObjectInfo) -> dict:
@@ -187,7 +192,7 @@ class S3Shards:
         downloaded = []
 
         def write(fd: int) -> None:
-            self.client.download_to(info.url, info.size, fd, self._stop, etag=info.etag)
+            self.client.download_to(info.url, info.size, fd, self._stop, expect=info)
             downloaded.append(True)
         fd = self.cache.fill_open(name, info.size, write, self._stop)
         if downloaded and fd is not None:  # counted once published: a reader finds it from now on
@@ -205,7 +210,7 @@ class S3Shards:
         downloaded = []
 
         def write(fd: int) -> None:
-            self.client.download_to(info.url, hi - lo, fd, self._stop, etag=info.etag, start=lo)
+            self.client.download_to(info.url, hi - lo, fd, self._stop, expect=info, start=lo)
             downloaded.append(True)
         fd = self.cache.fill_open(name, hi - lo, write, self._stop)
         if downloaded and fd is not None:
@@ -277,12 +282,12 @@ def _prefetch(ref: weakref.ref, k: int) -> None:
 
 
 def _cache_name(info: ObjectInfo) -> str:
-    return object_name(info.url, info.etag, info.size, ".tar")
+    return object_name(info.url, info.version, info.size, ".tar")
 
 
 def piece_name(info: ObjectInfo, lo: int, hi: int) -> str:
     """The node-cache name of the object's bytes ``[lo, hi)``."""
-    return object_name(info.url, info.etag, info.size, f".{lo}-{hi}.piece")
+    return object_name(info.url, info.version, info.size, f".{lo}-{hi}.piece")
 
 
 def _unreadable(info: ObjectInfo) -> str | None:
@@ -295,16 +300,9 @@ def _unreadable(info: ObjectInfo) -> str | None:
     return None
 
 
-def _index_copy(info: ObjectInfo, fd: int, path: str) -> dict:
-    """The tar index of ``path`` (open as ``fd``), a local copy of ``info``'s object."""
-    check_copy(info, fd, path)
-    return index_shard(path)
-
-
 def _evicted(stats: S3Stats, path: str) -> None:
     FILES.close(path)  # this process's descriptor would hold the evicted file's disk space
     stats.add(evictions=1)
-
 
 
 def _stop_prefetch(stop: threading.Event, prefetcher: Executor | None) -> None:
@@ -382,11 +380,11 @@ class S3TarSource(Source):
         stats.add(cache_misses=1)
         try:
             return bytes(self._shards.client.get_range(self.path, offset, offset + size,
-                                                       etag=self.info.etag))
+                                                       expect=self.info))
         except RemoteError as exc:  # after the retry policy: a storage fault, never bad data
             if changed(exc) or not_found(exc):
                 what = "replaced" if changed(exc) else "deleted"
-                raise StorageError(self.path, f"{what} since it was indexed (ETag {self.info.etag}); "
+                raise StorageError(self.path, f"{what} since it was indexed ({self.info.describe()}); "
                                    "build the dataset again to read the new version") from exc
             raise StorageError(self.path, str(exc).removeprefix(self.path).lstrip(": ")) from exc
 

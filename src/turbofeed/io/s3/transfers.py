@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 
 from ...engine.executor import Executor
 from ..retry import RemoteError
-from .config import etag_of, parse_url
+from .config import parse_url
 from .stores import split_url
+from .versions import etag_of
 
 if TYPE_CHECKING:
     from .client import S3Client
+    from .versions import ObjectInfo
 
 log = logging.getLogger("turbofeed")
 
@@ -61,7 +63,7 @@ def read_into(client: S3Client, url: str, offset: int, out: memoryview) -> None:
 
 
 def download_to(client: S3Client, url: str, size: int, fd: int, stop: threading.Event | None = None,
-                *, etag: str | None = None, start: int = 0) -> None:
+                *, expect: ObjectInfo | None = None, start: int = 0) -> None:
     """See :meth:`S3Client.download_to`."""
     part = client.config.part_size
 
@@ -73,7 +75,7 @@ def download_to(client: S3Client, url: str, size: int, fd: int, stop: threading.
             done = 0
             while done < len(data):
                 done += os.pwrite(fd, data[done:], pos + done)
-        client.get_range(url, start + pos, start + min(size, pos + part), etag=etag, sink=write)
+        client.get_range(url, start + pos, start + min(size, pos + part), expect=expect, sink=write)
     run_parts(one, range(0, size, part), client.config.max_concurrency)
 
 
