@@ -101,9 +101,9 @@ class BuildExt(build_ext):
 # (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
 CSRC = "src/turbofeed/decode/csrc"
 SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_args.c", "module_index.c", "module_chunk.c", "chunk.c",
-                                          "jpeg_window.c", "resample.c", "kernels.c", "tarindex.c", "jpeg_sizes.c")]
+                                          "jpeg_window.c", "resample.c", "kernels.c", "tarindex.c", "jpeg_sizes.c", "windows.c")]
 HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h", "module.h",
-                                         "module_index.h", "module_chunk.h", "chunk.h",
+                                         "module_index.h", "module_chunk.h", "chunk.h", "windows.h",
                                          "tarindex.h", "jpeg_sizes.h")]
 
 # The stable ABI (abi3) of CPython 3.11, where the buffer protocol joined the limited API:

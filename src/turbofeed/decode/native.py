@@ -306,3 +306,23 @@ def decode_chunk(buffer: np.ndarray, starts: np.ndarray, sizes: np.ndarray, boxe
     codes = _crop.decode_chunk(buffer, starts, sizes, boxes, flips.view(np.uint8), checks.view(np.uint8), rows, out,
                                h, w, channels_first, max_pixels=limit, emulate_ns=int(emulate_s * 1e9), **extra)
     return np.frombuffer(codes, np.int32)
+
+
+def windows(program: np.ndarray, epoch_key: int, gids: np.ndarray, heights: np.ndarray,
+            widths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The crop windows of a chunk from ``program`` (:mod:`turbofeed.transforms.program`)
+    without the GIL: sample ``gids[i]`` (an image of ``heights[i] x widths[i]``, >= 1)
+    gets what ``Compose.window`` gives it under ``epoch_key``
+    (:func:`turbofeed.transforms.draws.epoch_key`), to the bit.
+
+    Returns:
+        ``(boxes, heights, widths, flips)``: float64 ``(n, 4)``, int64 ``(n,)`` twice, bool.
+
+    Raises:
+        ValueError: a malformed program, or a size below 1.
+    """
+    n = len(gids)
+    boxes, sizes, flips = np.empty((n, 4), np.float64), np.empty((n, 2), np.int64), np.empty(n, np.uint8)
+    _crop.windows(program, epoch_key, np.ascontiguousarray(gids, np.int64), np.ascontiguousarray(heights, np.int32),
+                  np.ascontiguousarray(widths, np.int32), boxes, sizes, flips)
+    return boxes, sizes[:, 0], sizes[:, 1], flips.view(bool)

@@ -15,6 +15,7 @@ from ..decode.orientation import jpeg_orientation, orientation, stored_box, upri
 from ..errors import ImageTooLarge, SampleError, StorageError
 from ..io import Dataset, pick_member
 from ..transforms import Compose, Draws, Window, Windows, resample, write_slot
+from ..transforms.draws import epoch_key
 from .checked import CHECKED
 from .slots import Slot
 from .stats import Stats
@@ -232,8 +233,10 @@ class SampleWork:
 
     def windows(self, gids: np.ndarray, heights: np.ndarray, widths: np.ndarray,
                 transform: Compose | None = None) -> Windows:
-        """The crop windows of a chunk of samples at once (:meth:`Compose.windows`), row
-        ``i`` the window :meth:`window` gives sample ``gids[i]``, to the bit.
+        """The crop windows of a chunk of samples at once, row ``i`` the window
+        :meth:`window` gives sample ``gids[i]``, to the bit: natively without the GIL
+        where the transform has a program (:mod:`turbofeed.transforms.program`) and the
+        extension is on, else :meth:`Compose.windows` (NumPy).
 
         Args:
             gids: int64 sample ids ``(n,)``.
@@ -246,6 +249,11 @@ class SampleWork:
         transform = self.transform if transform is None else transform
         if transform is None:
             raise ValueError("SampleWork.windows: no transform, so no crop windows")
+        if transform.program is not None and native.available():
+            if not len(gids) == len(heights) == len(widths):
+                raise ValueError(f"{len(gids)} sample ids for {len(heights)} heights and {len(widths)} widths")
+            return Windows(*native.windows(transform.program, epoch_key(self.seed, self.epoch), gids, heights,
+                                           widths))
         return transform.windows(heights, widths, self.seed, self.epoch, gids)
 
     @staticmethod

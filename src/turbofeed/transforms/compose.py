@@ -12,6 +12,7 @@ import numpy as np
 from .draws import Draws, Uniforms, uniforms
 from .geometry import CenterCrop, GeometricOp, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .output import Normalize, OutputSpec, ToDtype
+from .program import program
 from .views import View, Views, Window, Windows
 
 
@@ -101,6 +102,9 @@ class Compose:
         self.columns = columns + (self.flip_column is not None)
         self.vectorized = all(op.vectorized for op in self.geometry)
         self._steps = list(zip(self.geometry, self.firsts))
+        #: the geometric ops and flip as numbers for the native windows of a chunk
+        #: (:mod:`turbofeed.transforms.program`), or None when an op has no native form
+        self.program = program(self)
 
     def window(self, height: int, width: int, draws: Uniforms) -> Window:
         """Choose the crop window for an image of ``height x width`` (from its header).

@@ -221,6 +221,12 @@ class RandomResizedCrop(GeometricOp):
         self._low_list: list[float] = self._low.tolist()
         self._extent = np.array(self.size[::-1], np.int64).reshape(2, 1)  # (width, height)
 
+    def exp_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two tables ``exp`` of the log-ratio is read from (4096 float64 each, made
+        with ``math.exp``): ``aspect = high[q >> 12] * low[q & 4095]`` for the ratio's
+        24-bit draw ``q``; the native form (:mod:`turbofeed.transforms.program`) reads them too."""
+        return self._high, self._low
+
     def params(self, height: int, width: int, draws: Uniforms) -> tuple[int, int, int, int]:
         """torchvision's ``get_params`` from this op's columns of ``draws``:
         (top, left, crop height, crop width)."""

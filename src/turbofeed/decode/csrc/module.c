@@ -317,6 +317,7 @@ static PyMethodDef methods[] = {
      tf_read_chunk_doc},
     {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
     {"tar_walk", tf_py_tar_walk, METH_VARARGS, tf_tar_walk_doc},
+    {"windows", tf_py_windows, METH_VARARGS, tf_windows_doc},
     {NULL, NULL, 0, NULL},
 };
 

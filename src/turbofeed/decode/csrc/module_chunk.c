@@ -9,6 +9,7 @@
 #include "chunk.h"
 #include "module.h"
 #include "module_chunk.h"
+#include "windows.h"
 
 static void release_all(Py_buffer *views, int k) {
     for (int i = 0; i < k; i++) PyBuffer_Release(&views[i]);
@@ -172,4 +173,54 @@ PyObject *tf_py_decode_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
         return PyErr_NoMemory();
     }
     return codes;
+}
+
+const char tf_windows_doc[] =
+    "windows(program, epoch_key, gids, heights, widths, boxes, sizes, flips) -> None\n"
+    "--\n\n"
+    "The crop windows of n samples (turbofeed.transforms.program): sample i (int64 id\n"
+    "gids[i], an image of int32 heights[i] x widths[i]) gets boxes[i] (float64, n x 4),\n"
+    "its output size sizes[i] (int64, n x 2: height, width) and flips[i] (uint8), from its\n"
+    "counter-based draws under epoch_key, as Compose.window gives them to the bit.\n"
+    "Raises ValueError for a malformed program or arrays of other types or lengths.";
+
+PyObject *tf_py_windows(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    unsigned long long key;
+    Py_buffer v[7];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OKOOOOOO:windows", &objs[0], &key, &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &objs[6]))
+        return NULL;
+    Py_buffer first;
+    if (tf_typed_buffer(objs[1], "gids", 'q', -1, &first) < 0) return NULL;
+    const Py_ssize_t n = first.len / 8;
+    PyBuffer_Release(&first);
+    static const char *names[] = {"program", "gids", "heights", "widths", "boxes", "sizes", "flips"};
+    const Py_ssize_t counts[] = {-1, n, n, n, 4 * n, 2 * n, n};
+    if (typed_all(objs, names, "dqiidqB", counts, 7, v) < 0) return NULL;
+    if (v[4].readonly || v[5].readonly || v[6].readonly) {
+        release_all(v, 7);
+        PyErr_SetString(PyExc_ValueError, "boxes, sizes and flips must be writable");
+        return NULL;
+    }
+    const double *prog = v[0].buf;
+    if (tf_program_check(prog, (size_t)(v[0].len / 8)) < 0) {
+        release_all(v, 7);
+        PyErr_SetString(PyExc_ValueError, "malformed window program (turbofeed.transforms.program)");
+        return NULL;
+    }
+    const int32_t *heights = v[2].buf, *widths = v[3].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (heights[i] < 1 || widths[i] < 1) {
+            release_all(v, 7);
+            PyErr_Format(PyExc_ValueError, "image %zd is %d x %d: sizes must be >= 1", i, heights[i], widths[i]);
+            return NULL;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    tf_windows(prog, (uint64_t)key, (size_t)n, v[1].buf, heights, widths, v[4].buf, v[5].buf, v[6].buf);
+    Py_END_ALLOW_THREADS
+    release_all(v, 7);
+    Py_RETURN_NONE;
 }
