@@ -7,14 +7,12 @@ The choice was measured: see ``docs/storage.md``. Every request is retried by on
 :class:`~turbofeed.io.retry.RetryPolicy` (library-level retries are off, so retries
 are counted in :class:`S3Stats` and logged at debug level).
 
-Memory bound: at most ``max_concurrency`` requests are in flight per client, and a
-request keeps its slot until its bytes are consumed (written to the cache file or
-copied out), each holding at most ``part_size`` bytes (or one sample), so bytes
-buffered by the client stay below ``max_concurrency * part_size``.
+Memory bound: at most ``max_concurrency`` requests are in flight per client, a request
+keeps its slot until its bytes are consumed (written to the cache file or copied out),
+each holding at most ``part_size`` bytes: the client buffers < ``max_concurrency * part_size``.
 
-Transfers of many parts (whole objects, uploads) are in :mod:`.transfers`; configuration,
-credentials and counters in :mod:`.config`; what an error means in :mod:`.errors`; what
-tells an object's versions apart, and how each read checks it, in :mod:`.versions`.
+Elsewhere: transfers of many parts in :mod:`.transfers`; configuration, credentials and
+counters in :mod:`.config`; errors in :mod:`.errors`; versions, and read checks, in :mod:`.versions`.
 """
 
 from __future__ import annotations
