@@ -6,9 +6,10 @@ interpreter lock serialises it, so past a few thousand images/s more cores and a
 nothing (on an H100 host: 0.57 of linear at 16 threads, the GPU loader at 0.19-0.25 of
 batched nvJPEG). A 2-core machine hides this, because its two cores are busy decoding.
 Here each image's decode is replaced by a wait of the same length that holds no GIL
-(``gpu_feed_cost.emulated_decode``: ``native.decode_chunk`` with ``emulate_s`` on the
-per-chunk path, ``time.sleep`` in place of ``native.crop_resize`` on the per-sample
-path), and every other cost stays: reads, index, crop windows, policy, slots, delivery.
+(``gpu_feed_cost.emulated_decode``: every ``turbofeed.decode.native`` call that takes
+``emulate_s``, the per-chunk path's, with it set; ``time.sleep`` in place of
+``native.crop_resize`` on the per-sample path), and every other cost stays: reads,
+index, crop windows, policy, slots, delivery.
 A thread then costs the machine only its Python, so each thread acts as one more core,
 and the GIL's ceiling shows as it would on 64 cores. The wait is, unless ``--wait-ms``
 says otherwise, the median time of one native crop-window decode measured at the start
@@ -27,8 +28,10 @@ Measured:
   + 10 ms of pure Python holding it (the step's launch overhead), fed by the CPU path
   (16 threads) and by the GPU feeding path: the loop's rate / the step's rate alone;
 - the Python holding the GIL per sample on both paths (``gil_us``), as
-  bench/gpu_feed_cost.py measures it (``num_workers=0``, thread CPU time less the
-  GIL-free native calls; a wait costs no CPU time).
+  bench/gpu_feed_cost.py measures it (``num_workers=0``: the caller's thread CPU time
+  for an epoch, less the GIL-free native calls and reads; a wait costs no CPU time; on
+  the GPU path ``loop_gil_us_per_sample``, with turbofeed's GpuDecoder's own Python
+  before nvJPEG added).
 
 Each figure is taken twice in the same run, one right after the other: "now" (per
 chunk, where the loader takes it) and "before" (per sample, as every sample went before
@@ -285,7 +288,7 @@ def gil_us(figures: dict[str, Any], run: Run) -> None:
     for name, per_sample in PATHS:
         cpu = cpu_costs(shards, BATCH, repeats, wait_s, per_sample=per_sample)
         gpu = gpu_costs(shards, BATCH, repeats, per_sample=per_sample, threaded=False)
-        figures[name]["gil_us"] = {"cpu": cpu["gil_us_per_sample"], "gpu": gpu["gil_us_per_sample"]}
+        figures[name]["gil_us"] = {"cpu": cpu["gil_us_per_sample"], "gpu": gpu["loop_gil_us_per_sample"]}
         say(f"gil_us {name:6}: {figures[name]['gil_us']}")
 
 
@@ -333,7 +336,14 @@ def table(figures: dict[str, Any], threads: tuple[int, ...]) -> str:
 
 
 def results_block(text: str, run: Run, seconds: float) -> str:
-    command = " ".join(["python bench/emulated_cores.py", *sys.argv[1:]])
+    argv, shown = sys.argv[1:], []  # the options that change the figures (not --json FILE, --write-results)
+    while argv:
+        arg = argv.pop(0)
+        if arg == "--json":
+            argv = argv[1:]
+        elif not arg.startswith(("--json=", "--write-results")):
+            shown.append(arg)
+    command = " ".join(["python bench/emulated_cores.py", *shown])
     return "\n".join([
         "<!-- emulated_cores:begin -->",
         "## Emulated cores: the GIL's ceiling on this machine (#35, `bench/emulated_cores.py`)",

@@ -29,8 +29,10 @@ time per sample, reads included, with the executor's queue that the one-thread r
 ``gil_us_per_sample`` adds up what holds the GIL: feed without the reads (and the
 native calls that release the GIL, where the feed makes them), caller, prepare without
 the copy made without the GIL. ``caller_thread_cpu_us_per_sample`` is the whole loop's
-thread CPU time, reads and all, less the stand-in decoder's: a check that the timers
-above see the whole feed. This is not a GPU measurement: it is the
+thread CPU time, reads and all, less the stand-in decoder's, and
+``loop_gil_us_per_sample`` the same sum with it in place of feed and caller: it also
+counts the per-batch work around them (submitting tasks, the delivery), as the CPU
+path's figure does (bench/emulated_cores.py reports this one). This is not a GPU measurement: it is the
 GIL time per sample that caps the GPU loader's rate (about 40-50 us on the H100 host).
 
 ``--path cpu`` measures the CPU path the same way (issue 35): the train preset at 224 px
@@ -51,7 +53,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import glob
+import inspect
 import io
 import json
 import os
@@ -65,7 +69,7 @@ import torch
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.decode import native
+from turbofeed.decode import native, scan
 from turbofeed.engine import choose, decode_gpu, stream
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +111,7 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 def timed(function: Callable[..., Any], add: Callable[[float], None]) -> Callable[..., Any]:
     """``function`` with the thread CPU seconds of each call given to ``add``."""
+    @functools.wraps(function)  # its signature stays visible (:func:`emulating`)
     def call(*args: Any, **kwargs: Any) -> Any:
         started = clock()
         try:
@@ -168,21 +173,37 @@ class Timers:
             yield self
 
 
+def emulating() -> list[str]:
+    """The names of ``turbofeed.decode.native``'s functions that take ``emulate_s`` (a
+    chunk's native calls, each decode replaced by a wait)."""
+    return [name for name, f in vars(native).items()
+            if inspect.isfunction(f) and "emulate_s" in inspect.signature(f).parameters]
+
+
 @contextlib.contextmanager
 def emulated_decode(wait_s: float) -> Iterator[None]:
     """Inside the block every CPU decode of an image is a wait of ``wait_s`` seconds that
-    holds no GIL, everything around it unchanged: ``native.decode_chunk`` (the per-chunk
-    path) with ``emulate_s`` (the C code waits in place of each decode), and
+    holds no GIL, everything around it unchanged: each of :func:`emulating` with
+    ``emulate_s`` (the C code waits in place of each decode: the per-chunk path), and
     ``native.crop_resize`` (the per-sample path) by ``time.sleep``. No pixel is written."""
-    decode_chunk = native.decode_chunk
+    names = emulating()
+    if not names:
+        raise RuntimeError("turbofeed.decode.native has no function taking emulate_s: the per-chunk path "
+                           "cannot be emulated")
 
-    def chunk(*args: Any, **kwargs: Any) -> Any:
-        return decode_chunk(*args, **{**kwargs, "emulate_s": wait_s})
+    def forced(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **{**kwargs, "emulate_s": wait_s})
+        return call
 
     def per_sample(*args: Any, **kwargs: Any) -> None:
         time.sleep(wait_s)
 
-    with patched(native, "decode_chunk", chunk), patched(native, "crop_resize", per_sample):
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(patched(native, name, forced(getattr(native, name))))
+        stack.enter_context(patched(native, "crop_resize", per_sample))
         yield
 
 
@@ -200,12 +221,15 @@ def per_sample_path(on: bool = True) -> Iterator[None]:
 
 @contextlib.contextmanager
 def gil_free_timer() -> Iterator[Seconds]:
-    """Thread CPU seconds in the native calls that release the GIL (a chunk's reads, the
-    decodes or their waits, whatever is installed when the block starts), inside it."""
+    """Thread CPU seconds in the native calls that release the GIL (a chunk's reads and
+    native calls, the decodes or their waits, whatever is installed when the block
+    starts; the per-sample scan check of a sample seen the first time), inside it."""
     total = Seconds()
-    with patched(native, "read_chunk", timed(native.read_chunk, total.add)), \
-            patched(native, "decode_chunk", timed(native.decode_chunk, total.add)), \
-            patched(native, "crop_resize", timed(native.crop_resize, total.add)):
+    with contextlib.ExitStack() as stack:
+        for name in {"read_chunk", "crop_resize", *emulating()}:
+            if hasattr(native, name):
+                stack.enter_context(patched(native, name, timed(getattr(native, name), total.add)))
+        stack.enter_context(patched(scan, "check", timed(scan.check, total.add)))
         yield total
 
 
@@ -328,6 +352,9 @@ def gpu_costs(shards: list[str], batch_size: int, repeats: int, *, per_sample: b
     result["gil_us_per_sample"] = round(result["feed_us_per_sample"] - result["of_which_pread_us"]
                                         - result["of_which_gil_free_native_us"] + result["caller_us_per_image"] + result["sendable_us"]
                                         + result["byte_tensors_us"] - result["copy_without_gil_us"], 1)
+    result["loop_gil_us_per_sample"] = round(result["caller_thread_cpu_us_per_sample"] - result["of_which_pread_us"]
+                                             - result["of_which_gil_free_native_us"] + result["sendable_us"]
+                                             + result["byte_tensors_us"] - result["copy_without_gil_us"], 1)
     return result
 
 

@@ -25,8 +25,9 @@
  *     must come back, with or without the first read's 16 KiB cut), at random offsets;
  * (d) a chunk (chunk.c): the intact and a damaged JPEG of (b) and random bytes in a file,
  *     through tf_chunk_read (exact buffer, scans checked or not, a wrong identity stamp now and then: the intact
- *     one must give its size, a wrong stamp TF_READ_CHANGED) and tf_chunk_decode into
- *     random rows of one batch (the intact one must give what tf_jpeg_crop_resize gives).
+ *     one must give its size, a wrong stamp TF_READ_CHANGED) and tf_chunk_run into rows of
+ *     one batch, windows from a program (the intact one must give what
+ *     tf_jpeg_crop_resize gives for the window tf_windows gives).
  * Every buffer handed to the code under test has its exact size and the scratch buffers
  * are freed after each call, so the sanitizers see any access outside them (beyond the
  * SLACK bytes layout.h promises). A failed check prints why to stderr and aborts; at the
@@ -45,6 +46,7 @@
 
 #include "chunk.h"
 #include "jpeg_sizes.h"
+#include "windows.h"
 #include "jpeg_window.h"
 #include "kernels.h"
 #include "resample.h"
@@ -525,36 +527,48 @@ static void fuzz_chunk(JpegWindow *jw, const Jpeg *j) {
     if (wrong != 0)
         CHECK(head[0] == (j->cmyk ? TF_READ_GENERAL : TF_READ_OK) && (j->cmyk || (head[1] == j->H && head[2] == j->W)),
               "intact %dx%d JPEG read as %d (%d x %d)", j->H, j->W, head[0], head[1], head[2]);
-    fclose(f);
-    /* decode every sample, each into a random row of a 4-row batch */
-    double box[4], boxes[4 * N];
-    random_box(j->W, j->H, box);
-    int oh, ow;
-    random_out_size(box, &oh, &ow);
+    /* the whole CPU path of the chunk, each sample into a row of a 4-row batch, its window
+     * a centre crop (or, now and then, a resize to another size: the per-sample path) */
+    int oh = between(1, 64), ow = between(1, 64);
+    double prog[4 + TF_OP_WORDS] = {TF_PROGRAM_VERSION, 1, chance(50) ? 7 : -1, 0.5, TF_OP_CENTER_CROP, oh, ow};
+    CHECK(tf_program_check(prog, 4 + TF_OP_WORDS) == 0, "program");
     float offset[3], factor[3];
     Target base = random_target(oh, ow, offset, factor, 0);
-    const size_t row = (size_t)3 * oh * ow * (base.offset ? sizeof(float) : 1);
+    if (chance(10)) base.out_h = oh + 1; /* windows of another size than the rows */
+    const size_t row = (size_t)3 * base.out_h * ow * (base.offset ? sizeof(float) : 1);
     unsigned char *out = xmalloc(4 * row);
-    uint8_t flips[N], checks[N];
-    int64_t rows[N];
+    uint8_t checks[N];
+    int64_t rows[N], gids[N];
     for (int i = 0; i < N; i++) {
-        memcpy(boxes + 4 * i, box, sizeof box);
-        flips[i] = (uint8_t)chance(50);
         checks[i] = (uint8_t)chance(50);
         rows[i] = (i + 1) % 4;
+        gids[i] = between(0, 1000);
     }
-    int32_t status[N];
-    tf_chunk_decode(jw, N, buf, starts, sizes, boxes, flips, checks, rows, out, row, &base, 1 << 22, 0, status);
+    int32_t status[2 * N];
+    const long long reading = tf_chunk_run(jw, N, fds, offsets, sizes, stamps, gids, checks, rows, prog, 42, out,
+                                           row, &base, 1 << 22, 0, status);
     release(tf_jpeg_scratch(jw));
-    for (int i = 0; i < N; i++) CHECK(status[i] >= RC_OK && status[i] <= RC_TOO_LARGE, "decode rc %d", status[i]);
-    Target one = base;
-    one.out = xmalloc(row);
-    one.flip = flips[0];
-    const int rc = tf_jpeg_crop_resize(jw, buf, (size_t)sizes[0], box, &one, 0, checks[0], 1 << 22);
-    release(tf_jpeg_scratch(jw));
-    CHECK(status[0] == rc, "the chunk's rc %d, crop_resize's %d", status[0], rc);
-    if (rc == RC_OK) CHECK(memcmp(out + row, one.out, row) == 0, "the chunk's row differs from crop_resize's");
-    free(one.out);
+    fclose(f);
+    CHECK(reading >= 0, "run: no memory");
+    for (int i = 0; i < N; i++) {
+        CHECK(status[2 * i] >= TF_RUN_OK && status[2 * i] <= TF_READ_SHORT, "run code %d", status[2 * i]);
+        if (i == wrong) CHECK(status[2 * i] == TF_READ_CHANGED, "a wrong stamp ran as %d", status[2 * i]);
+    }
+    if (wrong != 0 && base.out_h == oh && !j->cmyk) { /* the intact JPEG: what tf_jpeg_crop_resize gives */
+        double box[4];
+        int64_t size[2];
+        uint8_t flip;
+        const int32_t h = j->H, w = j->W;
+        tf_windows(prog, 42, 1, gids, &h, &w, box, size, &flip);
+        Target one = base;
+        one.out = xmalloc(row);
+        one.flip = flip;
+        const int rc = tf_jpeg_crop_resize(jw, buf, (size_t)sizes[0], box, &one, 0, checks[0], 1 << 22);
+        release(tf_jpeg_scratch(jw));
+        CHECK((rc == RC_OK) == (status[0] == TF_RUN_OK), "the chunk's code %d, crop_resize's %d", status[0], rc);
+        if (rc == RC_OK) CHECK(memcmp(out + row, one.out, row) == 0, "the chunk's row differs from crop_resize's");
+        free(one.out);
+    }
     free(out);
     free(base.out);
     free(buf);

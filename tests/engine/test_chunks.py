@@ -16,6 +16,7 @@ from turbofeed.decode import native
 from turbofeed.engine import chunks, choose
 from turbofeed.engine.chunks import ChunkedCpuDecode, chunk_size
 from turbofeed.errors import SampleError, StorageError
+from turbofeed.transforms.draws import Draws, epoch_key
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native decoder is not built")
 
@@ -65,26 +66,22 @@ def test_chunks_give_the_per_sample_path_batches_bit_for_bit(shards, monkeypatch
     same_batches(chunked, epoch(reference))
 
 
-def test_one_native_call_pair_per_chunk(shards, monkeypatch):
-    calls = {"read": 0, "decode": 0, "samples": 0}
-    read, decode = native.read_chunk, native.decode_chunk
+def test_one_native_call_per_chunk(shards, monkeypatch):
+    calls = {"chunks": 0, "samples": 0}
+    run = native.run_chunk
 
-    def counting_read(*a, **k):
-        calls["read"] += 1
-        return read(*a, **k)
+    def counting(*a, **k):
+        calls["chunks"] += 1
+        calls["samples"] += len(a[0])
+        return run(*a, **k)
 
-    def counting_decode(*a, **k):
-        calls["decode"] += 1
-        calls["samples"] += len(a[1])
-        return decode(*a, **k)
-
-    monkeypatch.setattr(native, "read_chunk", counting_read)
-    monkeypatch.setattr(native, "decode_chunk", counting_decode)
+    monkeypatch.setattr(native, "run_chunk", counting)
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32))
     n = sum(len(labels) for _, labels in loader)
-    chunk = chunk_size(40, 2)
-    assert n == 120 and chunk == 20
-    assert calls == {"read": 6, "decode": 6, "samples": 120}
+    assert n == 120 and chunk_size(40, 2) == 20
+    assert calls == {"chunks": 6, "samples": 120}
+    seconds = loader.stats.as_dict()["seconds"]
+    assert seconds["fetch"] > 0 and seconds["decode.cpu"] > 0 and loader.stats.as_dict()["bytes_read"] > 0
 
 
 def test_chunk_size_follows_threads_within_bounds():
@@ -170,66 +167,72 @@ def test_a_shard_replaced_during_the_pass_raises(tmp_path):
 
 def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
-    read = native.read_chunk
+    read = native.run_chunk
 
     def failing(*a, **k):
-        head = read(*a, **k).copy()
-        head[-1] = (native.READ_ERRNO, 5, 0)  # EIO from the device (cannot be made on a healthy disk)
-        return head
+        codes, reading = read(*a, **k)
+        codes = codes.copy()
+        codes[-1] = (native.READ_ERRNO, 5)  # EIO from the device (cannot be made on a healthy disk)
+        return codes, reading
 
-    monkeypatch.setattr(native, "read_chunk", failing)
+    monkeypatch.setattr(native, "run_chunk", failing)
     with pytest.raises(StorageError, match="Input/output error"):
         list(loader)
 
 
-def test_native_calls_report_each_sample(tmp_path):
-    """read_chunk and decode_chunk alone: statuses per sample, rows where asked."""
-    jpgs = [encode(photo(40, 50, seed=i), quality=90) for i in range(3)]
-    png = encode(photo(40, 50), "PNG")
-    blobs = [jpgs[0], png, jpgs[1], jpgs[2]]
+def raw_file(tmp_path, blobs: list[bytes]):
+    """The blobs one after another in a file: (path, fd, offsets, sizes, stamps)."""
     path = tmp_path / "raw"
     path.write_bytes(b"".join(blobs))
     st = os.stat(path)
     sizes = np.array([len(b) for b in blobs], np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    fd = os.open(path, os.O_RDONLY)
+    stamps = np.tile([st.st_size, st.st_mtime_ns, st.st_ctime_ns], (len(blobs), 1)).astype(np.int64)
+    return path, os.open(path, os.O_RDONLY), offsets, sizes, stamps
+
+
+def test_native_calls_report_each_sample(tmp_path):
+    """read_chunk and run_chunk alone: statuses per sample, rows where asked, the
+    windows a transform's program gives, the pixels crop_resize gives."""
+    jpgs = [encode(photo(40, 50, seed=i), quality=90) for i in range(3)]
+    blobs = [jpgs[0], encode(photo(40, 50), "PNG"), jpgs[1], jpgs[2]]
+    path, fd, offsets, sizes, stamps = raw_file(tmp_path, blobs)
+    fds = np.full(4, fd, np.int32)
     try:
-        stamps = np.tile([st.st_size, st.st_mtime_ns, st.st_ctime_ns], (4, 1)).astype(np.int64)
         buf = np.zeros(int(sizes.sum()), np.uint8)
-        head = native.read_chunk(np.full(4, fd, np.int32), offsets, sizes, stamps, buf, offsets)
+        head = native.read_chunk(fds, offsets, sizes, stamps, buf, offsets)
         assert head.tolist() == [[0, 40, 50], [1, 0, 0], [0, 40, 50], [0, 40, 50]]
         assert bytes(buf) == path.read_bytes()
-        stamps[2, 2] += 1  # another ctime: not the indexed file
-        assert native.read_chunk(np.full(4, fd, np.int32), offsets, sizes, stamps, buf, offsets)[2, 0] == \
-            native.READ_CHANGED
+        changed = stamps.copy()
+        changed[2, 2] += 1  # another ctime: not the indexed file
+        assert native.read_chunk(fds, offsets, sizes, changed, buf, offsets)[2, 0] == native.READ_CHANGED
+        compose = T.Compose([T.RandomResizedCrop(20), T.RandomHorizontalFlip()])
+        gids = np.array([5, 6, 7, 8], np.int64)
+        out = np.zeros((6, 3, 20, 20), np.uint8)
+        rows = np.array([4, 1, 0, 2])
+        codes, reading = native.run_chunk(fds, offsets, sizes, stamps, gids, np.ones(4, bool), rows,
+                                          compose.program, epoch_key(1, 2), out)
+        assert codes.tolist() == [[0, 0], [native.RUN_GENERAL, 0], [0, 0], [0, 0]] and reading > 0
+        for i in (0, 2, 3):
+            window = compose.window(40, 50, Draws(1, 2, int(gids[i])))
+            expected = np.empty((3, 20, 20), np.uint8)
+            native.crop_resize(blobs[i], window.box, expected, flip=window.flip)
+            np.testing.assert_array_equal(out[rows[i]], expected)
+        assert not out[3].any() and not out[5].any()  # rows not asked for are left alone
+        codes, _ = native.run_chunk(fds, offsets, sizes, changed, gids, np.ones(4, bool), rows, compose.program, 0, out)
+        assert codes[:, 0].tolist() == [0, native.RUN_GENERAL, native.READ_CHANGED, 0]
+        small = np.zeros((6, 3, 10, 10), np.uint8)  # windows of another size: the per-sample path
+        codes, _ = native.run_chunk(fds, offsets, sizes, stamps, gids, np.ones(4, bool), rows, compose.program, 0,
+                                    small)
+        assert codes[:, 0].tolist() == [native.RUN_GENERAL] * 4
     finally:
         os.close(fd)
-    out = np.zeros((5, 3, 20, 20), np.uint8)
-    take = np.array([0, 2, 3])
-    codes = native.decode_chunk(buf, offsets[take], sizes[take], np.tile([0.0, 0.0, 50.0, 40.0], (3, 1)),
-                                np.array([0, 1, 0], np.uint8), np.ones(3, np.uint8), np.array([4, 0, 2]), out)
-    assert codes.tolist() == [0, 0, 0]
-    for row, i, flip in ((4, 0, False), (0, 2, True), (2, 3, False)):
-        expected = np.empty((3, 20, 20), np.uint8)
-        native.crop_resize(blobs[i], (0.0, 0.0, 50.0, 40.0), expected, flip=flip)
-        np.testing.assert_array_equal(out[row], expected)
-    assert not out[1].any() and not out[3].any()  # rows not asked for are left alone
-    codes = native.decode_chunk(buf, offsets[1:2], sizes[1:2], np.array([[0.0, 0.0, 50.0, 40.0]]),
-                                np.zeros(1, np.uint8), np.ones(1, np.uint8), np.array([1]), out)
-    assert codes.tolist() == [native.RC_VALUE]
 
 
 def test_read_chunk_checks_scans_and_the_pixel_limit_where_asked(tmp_path):
     good = encode(photo(80, 60, seed=1), quality=90)
-    blobs = [good, ones_in_scan(good, fraction=0.9), good]
-    path = tmp_path / "raw"
-    path.write_bytes(b"".join(blobs))
-    st = os.stat(path)
-    sizes = np.array([len(b) for b in blobs], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    stamps = np.tile([st.st_size, st.st_mtime_ns, st.st_ctime_ns], (3, 1)).astype(np.int64)
+    _, fd, offsets, sizes, stamps = raw_file(tmp_path, [good, ones_in_scan(good, fraction=0.9), good])
     buf = np.zeros(int(sizes.sum()), np.uint8)
-    fd = os.open(path, os.O_RDONLY)
     try:
         def read(**kw):
             return native.read_chunk(np.full(3, fd, np.int32), offsets, sizes, stamps, buf, offsets, **kw)[:, 0]
@@ -244,28 +247,31 @@ def test_read_chunk_checks_scans_and_the_pixel_limit_where_asked(tmp_path):
 
 
 def test_emulated_decode_waits_without_decoding(tmp_path):
-    buf = np.frombuffer(b"\xff\xd8 not decoded", np.uint8).copy()
+    blob = encode(photo(40, 50), quality=90)
+    _, fd, offsets, sizes, stamps = raw_file(tmp_path, [blob, blob])
     out = np.zeros((2, 3, 8, 8), np.uint8)
-    codes = native.decode_chunk(buf, np.zeros(2, np.int64), np.full(2, len(buf), np.int64),
-                                np.tile([0.0, 0.0, 8.0, 8.0], (2, 1)), np.zeros(2, np.uint8), np.zeros(2, np.uint8),
-                                np.arange(2), out, emulate_s=0.001)
-    assert codes.tolist() == [0, 0]
+    try:
+        codes, _ = native.run_chunk(np.full(2, fd, np.int32), offsets, sizes, stamps, np.arange(2),
+                                    np.ones(2, bool), np.arange(2), T.Compose([T.RandomResizedCrop(8)]).program, 0,
+                                    out, emulate_s=0.001)
+    finally:
+        os.close(fd)
+    assert codes[:, 0].tolist() == [0, 0] and not out.any()  # waited, decoded nothing
 
 
 def test_arguments_are_checked():
-    buf = np.zeros(10, np.uint8)
     out = np.zeros((1, 3, 8, 8), np.uint8)
     one = np.zeros(1, np.int64)
-    with pytest.raises(ValueError, match="does not fit"):
-        native.decode_chunk(buf, one, np.array([11]), np.zeros((1, 4)), np.zeros(1, np.uint8),
-                            np.zeros(1, np.uint8), one, out)
-    with pytest.raises(ValueError, match="does not fit"):
-        native.decode_chunk(buf, one, one, np.zeros((1, 4)), np.zeros(1, np.uint8), np.zeros(1, np.uint8),
-                            np.array([1]), out)
-    with pytest.raises(ValueError, match="boxes"):
-        native.decode_chunk(buf, one, one, np.zeros((1, 3)), np.zeros(1, np.uint8), np.zeros(1, np.uint8), one, out)
+    program = T.Compose([T.RandomResizedCrop(8)]).program
+    fds, stamps, checks = np.zeros(1, np.int32), np.zeros((1, 3), np.int64), np.zeros(1, bool)
+    with pytest.raises(ValueError, match="row outside"):
+        native.run_chunk(fds, one, one, stamps, one, checks, np.array([1]), program, 0, out)
+    with pytest.raises(ValueError, match="stamps"):
+        native.run_chunk(fds, one, one, np.zeros((1, 2), np.int64), one, checks, one, program, 0, out)
+    with pytest.raises(ValueError, match="malformed"):
+        native.run_chunk(fds, one, one, stamps, one, checks, one, program[:10], 0, out)
     with pytest.raises(ValueError, match="int32"):
-        native.read_chunk(np.zeros(1, np.int64), one, one, np.zeros((1, 3), np.int64), buf, one)
+        native.read_chunk(np.zeros(1, np.int64), one, one, stamps, np.zeros(4, np.uint8), one)
 
 
 def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatch):

@@ -245,16 +245,16 @@ def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.frombuffer(out, np.int32).reshape(-1, 3)
 
 
-# A chunk of samples in two calls without the GIL (chunk.c, module_chunk.c): the hot
-# path's Python runs once per chunk around them (turbofeed.engine.chunks).
+# A chunk of samples in one call without the GIL (chunk.c, windows.c, module_chunk.c):
+# the hot path's Python runs once per chunk around it (turbofeed.engine.chunks).
 
 #: :func:`read_chunk`'s statuses: read, a JPEG the crop decoder takes; read, for the
 #: general decoder; read, bad data (the per-sample path names it); the file changed; the
 #: read failed (errno); fewer bytes than indexed. From READ_CHANGED on: storage faults.
 READ_OK, READ_GENERAL, READ_BAD, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2, 3, 4, 5
-#: :func:`decode_chunk`'s return codes (resample.h): decoded; damaged; for the general
-#: decoder; no memory; bad arguments or not a JPEG; over the pixel limit.
-RC_OK, RC_JPEG, RC_FALLBACK, RC_NOMEM, RC_VALUE, RC_TOO_LARGE = 0, 1, 2, 3, 4, 5
+#: :func:`run_chunk`'s codes: decoded; for the per-sample path; no memory (then the
+#: storage faults READ_CHANGED, READ_ERRNO, READ_SHORT as :func:`read_chunk` says them).
+RUN_OK, RUN_GENERAL, RUN_NOMEM = 0, 1, 2
 
 
 def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray,
@@ -280,32 +280,36 @@ def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: 
     return np.frombuffer(out, np.int32).reshape(-1, 3)
 
 
-def decode_chunk(buffer: np.ndarray, starts: np.ndarray, sizes: np.ndarray, boxes: np.ndarray, flips: np.ndarray,
-                 checks: np.ndarray, rows: np.ndarray, out: np.ndarray, *, channels_first: bool = True,
-                 offset: Sequence[float] | np.ndarray | None = None, factor: Sequence[float] | np.ndarray | None = None,
-                 max_pixels: int | None | DefaultLimit = DEFAULT, emulate_s: float = 0.0) -> np.ndarray:
-    """:func:`crop_resize` of every sample of a chunk, in one call that releases the GIL.
+def run_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray, gids: np.ndarray,
+              checks: np.ndarray, rows: np.ndarray, program: np.ndarray, epoch_key: int, out: np.ndarray, *,
+              channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
+              factor: Sequence[float] | np.ndarray | None = None, max_pixels: int | None | DefaultLimit = DEFAULT,
+              emulate_s: float = 0.0) -> tuple[np.ndarray, float]:
+    """The CPU path of a chunk of samples in one call that releases the GIL: sample ``i``
+    read and checked as :func:`read_chunk` reads it, its window chosen as :func:`windows`
+    chooses it (``program``, ``epoch_key``, its id ``gids[i]`` and its header's size),
+    and, where the window has ``out``'s size, decoded as :func:`crop_resize` decodes it
+    (its whole scan checked where ``checks[i]``) into row ``rows[i]`` of ``out``.
 
     Args:
-        buffer, starts, sizes: sample ``i`` is ``buffer[starts[i]:starts[i] + sizes[i]]``.
-        boxes: float64 ``(n, 4)``, each sample's box (``Window.box``).
-        flips, checks: uint8 (or bool) per sample: mirror it; check its whole scan.
-        rows: int64, the row of ``out`` each sample goes to.
         out: a batch: C-contiguous ``(N, 3, h, w)`` or ``(N, h, w, 3)``, uint8, or float32
             with ``offset`` and ``factor``.
         emulate_s: > 0 replaces each decode by a wait of that many seconds without the
             GIL (bench/emulated_cores.py: each thread then acts as one more core).
 
     Returns:
-        int32 per sample: :data:`RC_OK`, or why not (the sample's per-sample path then
-        decides and names the error; its row is left undefined).
+        ``(codes, read_seconds)``: int32 ``(n, 2)``, each sample's code (:data:`RUN_OK`,
+        :data:`RUN_GENERAL`: the per-sample path decides and names the error, its row
+        left undefined; :data:`RUN_NOMEM`; or a storage fault, :data:`READ_CHANGED`,
+        :data:`READ_ERRNO`, :data:`READ_SHORT`) and the errno of a failed read; and the
+        seconds spent reading (the rest of the call decoded).
     """
     h, w = out.shape[2:] if channels_first else out.shape[1:3]
-    limit = resolve(max_pixels) or 0
     extra = {} if offset is None and factor is None else {"offset": _floats(offset), "factor": _floats(factor)}
-    codes = _crop.decode_chunk(buffer, starts, sizes, boxes, flips.view(np.uint8), checks.view(np.uint8), rows, out,
-                               h, w, channels_first, max_pixels=limit, emulate_ns=int(emulate_s * 1e9), **extra)
-    return np.frombuffer(codes, np.int32)
+    codes, reading = _crop.run_chunk(fds, offsets, sizes, stamps, gids, checks.view(np.uint8), rows, program, epoch_key,
+                                     out, h, w, channels_first, max_pixels=resolve(max_pixels) or 0,
+                                     emulate_ns=int(emulate_s * 1e9), **extra)
+    return np.frombuffer(codes, np.int32).reshape(-1, 2), reading * 1e-9
 
 
 def windows(program: np.ndarray, epoch_key: int, gids: np.ndarray, heights: np.ndarray,

@@ -8,16 +8,18 @@ a chunk of 16-64 positions of a batch and does, with a fixed number of Python an
 operations whatever the chunk's size:
 
 1. the chunk's sample ids from the plan, and where they lie on disk
-   (:class:`~turbofeed.io.local.ranges.SampleRanges`);
-2. one native call without the GIL: every sample read (``pread``), checked against
-   its shard's identity, and its JPEG header read (:func:`~turbofeed.decode.native.read_chunk`);
-3. every crop window from the sizes and the counter-based draws of (seed, epoch, id)
-   (:meth:`~turbofeed.engine.work.SampleWork.windows`: the same windows the per-sample
-   path draws);
-4. one native call without the GIL: every window decoded, resized, flipped and
-   normalised into its row of the slot, its whole scan checked where it was never
-   checked intact (:func:`~turbofeed.decode.native.decode_chunk`);
-5. labels, ids, the checked flags and the stage times set for the chunk at once.
+   (:meth:`ChunkReader.select`, :class:`~turbofeed.io.local.ranges.SampleRanges`);
+2. one native call without the GIL (:func:`~turbofeed.decode.native.run_chunk`): every
+   sample read (``pread``) and checked against its shard's identity, its JPEG header
+   read, its crop window chosen from its size and the counter-based draws of (seed,
+   epoch, id) (the windows the per-sample path draws, to the bit:
+   :mod:`turbofeed.transforms.program`), decoded, resized, flipped and normalised into
+   its row of the slot, its whole scan checked where it was never checked intact;
+3. labels, ids, the checked flags and the stage times set for the chunk at once.
+
+The GPU path's feeding threads do steps 1-2 without the decode (:meth:`ChunkReader.read`:
+the bytes into one buffer for the consumer's batched decode, the scans checked, then
+the chunk's windows: :class:`~turbofeed.engine.decode_gpu.ChunkedGpuDecode`).
 
 A position the chunk cannot finish (a sample known bad in this pass, one the dataset
 cannot read by byte range, a PNG or CMYK JPEG, damage, an image over the pixel limit)
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,6 +43,7 @@ from ..errors import StorageError
 from ..io.local.files import what_changed
 from ..io.local.ranges import ChunkFiles
 from ..plan import EpochPlan
+from ..transforms.draws import epoch_key
 from .checked import CHECKED
 from .policy import PassPolicy
 from .slots import Slot, SlotPool
@@ -56,8 +58,6 @@ if TYPE_CHECKING:
 #: batch still spreads over the threads).
 MIN_CHUNK, MAX_CHUNK = 16, 64
 
-_buffers = threading.local()  # each worker thread's read buffer, reused across chunks
-
 
 def chunk_size(batch_size: int, num_workers: int) -> int:
     """Positions per chunk: about one chunk per worker thread per batch, within
@@ -68,13 +68,14 @@ def chunk_size(batch_size: int, num_workers: int) -> int:
 
 def chunked(work: SampleWork, *, output: bool = False) -> bool:
     """Whether a pass of ``work`` can feed its decode per chunk: the native decoder is
-    on, the transform's windows have an array form, no EXIF orientation (turned per
+    on, the transform's windows have a native form (:mod:`turbofeed.transforms.program`:
+    Resize, CenterCrop, RandomResizedCrop, flips), no EXIF orientation (turned per
     sample) and the image is the table's own member (no ``fields=`` picking another);
     with ``output`` (the native decode writes the slot), uint8 or float32 output."""
     transform = work.transform
     if not work.native or transform is None or work.orient or work.image_exts is not None:
         return False
-    if not transform.vectorized:
+    if transform.program is None:
         return False
     spec = transform.output
     return not output or spec is None or spec.dtype == np.float32
@@ -119,54 +120,60 @@ class ChunkReader:
         self.ranges = work.dataset.ranges()  # made here, in the consumer's thread, once
         self.checked = CHECKED.flags(work.dataset)
 
-    def read(self, job: Job, start: int, stop: int, *, fresh: bool = False, check: bool = False) -> Chunk:
-        """Read positions ``start .. stop - 1`` of ``job``.
+    def select(self, job: Job, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """``(js, gids, left)`` of positions ``start .. stop - 1`` of ``job``: the positions
+        a chunk reads and their sample ids, and the positions left to the per-sample path
+        (known bad in this pass, or not a byte range of a local file)."""
+        js = np.arange(start, stop)
+        positions = job.positions
+        at = np.arange(positions.start + start * positions.step, positions.start + stop * positions.step,
+                       positions.step)  # job.positions[start:stop], without a Python int per position
+        gids = np.asarray(self.plan.order[at], dtype=np.int64)
+        go = self.ranges.readable[gids]
+        if self.policy.any_bad():
+            go &= ~self.policy.known_bad(at, gids)
+        if go.all():
+            return js, gids, []
+        return js[go], gids[go], js[~go].tolist()
 
-        Args:
-            fresh: read into a new buffer (the bytes outlive this call: the GPU path hands
-                them to the consumer), not this thread's reused one.
-            check: check the scans never checked intact, and the pixel limit, in the read
-                (:data:`~turbofeed.decode.native.READ_BAD`; those found intact are marked).
+    def read(self, job: Job, start: int, stop: int) -> Chunk:
+        """Read positions ``start .. stop - 1`` of ``job`` into a new buffer (the bytes
+        outlive this call: the GPU path hands them to the consumer), check the scans
+        never checked intact (then marked) and the pixel limit
+        (:data:`~turbofeed.decode.native.READ_BAD`).
 
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
         started = time.perf_counter()
-        js = np.arange(start, stop)
-        positions = np.asarray(job.positions[start:stop])
-        gids = np.asarray(self.plan.order[positions], dtype=np.int64)
-        go = self.ranges.readable[gids]
-        if self.policy.any_bad():
-            go &= ~self.policy.known_bad(positions, gids)
-        left = js[~go].tolist()
-        js, gids = js[go], gids[go]
+        js, gids, left = self.select(job, start, stop)
         files = self.ranges.files(gids)
         starts = np.zeros(len(gids), dtype=np.int64)
         np.cumsum(files.sizes[:-1], out=starts[1:])
         total = int(files.sizes.sum())
-        buffer = np.empty(total, np.uint8) if fresh else _buffer(total)
-        checks = ~self.checked[gids] if check else None
+        buffer = np.empty(total, np.uint8)
+        checks = ~self.checked[gids]
         head = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer, starts, checks=checks,
-                                 max_pixels=self.work.max_pixels if check else None)
+                                 max_pixels=self.work.max_pixels)
         del files.held[:]  # reads done: the descriptors may be let go
         status = head[:, 0]
         if (status >= native.READ_CHANGED).any():
-            raise self._storage_error(head, files)
-        if checks is not None:
-            self.checked[gids[checks & (status == native.READ_OK)]] = True
+            raise self.storage_error(head[:, 0], head[:, 1], files)
+        self.checked[gids[checks & (status == native.READ_OK)]] = True
         self.work.stats.add_fetch(time.perf_counter() - started, total)
         return Chunk(js, gids, buffer, starts, files.sizes, status, head[:, 1], head[:, 2], left)
 
-    def _storage_error(self, head: np.ndarray, files: ChunkFiles) -> StorageError:
-        """The error of the chunk's first sample whose read failed or whose shard changed."""
-        i = int(np.flatnonzero(head[:, 0] >= native.READ_CHANGED)[0])
+    def storage_error(self, status: np.ndarray, errnos: np.ndarray, files: ChunkFiles) -> StorageError:
+        """The error of the chunk's first sample whose read failed (``errnos``, where
+        ``status`` says :data:`~turbofeed.decode.native.READ_ERRNO`) or whose shard changed."""
+        i = int(np.flatnonzero(status >= native.READ_CHANGED)[0])
         ref = self.ranges.ref(int(files.source[i]))
-        status, offset, size = int(head[i, 0]), int(files.offsets[i]), int(files.sizes[i])
-        if status == native.READ_CHANGED:
+        code, offset, size = int(status[i]), int(files.offsets[i]), int(files.sizes[i])
+        if code == native.READ_CHANGED:
             return StorageError(ref.path, what_changed(ref))
-        if status == native.READ_ERRNO:
+        if code == native.READ_ERRNO:
             return StorageError(ref.path, f"read of {size} bytes at offset {offset} failed: "
-                                          f"{os.strerror(int(head[i, 1]))}")
+                                          f"{os.strerror(int(errnos[i]))}")
         return StorageError(ref.path, f"short read of {size} bytes at offset {offset}")
 
 
@@ -189,7 +196,10 @@ class ChunkedCpuDecode(FusedCpuDecode):
         self.info = StageInfo("decode.cpu", "sample", FusedCpuDecode.info.counts, per_task=chunk, chunked=True)
         self.reader = ChunkReader(work, plan, policy)
         self.labels = work.dataset.labels
-        spec = work.transform.output if work.transform is not None else None
+        assert work.transform is not None and work.transform.program is not None  # chunked() said so
+        self.program = work.transform.program
+        self.epoch_key = epoch_key(work.seed, work.epoch)
+        spec = work.transform.output
         self.offset = None if spec is None else spec.offset
         self.factor = None if spec is None else spec.factor
 
@@ -200,38 +210,29 @@ class ChunkedCpuDecode(FusedCpuDecode):
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
-        chunk = self.reader.read(job, start, stop)
         started = time.perf_counter()
-        ok = chunk.ok()
-        windows = self.work.windows(chunk.gids[ok], chunk.heights[ok], chunk.widths[ok])
+        reader = self.reader
+        js, gids, left = reader.select(job, start, stop)
+        files = reader.ranges.files(gids)
         slot: Slot = job.slot
-        images = slot.images
-        size = images.shape[2:] if self.channels_first else images.shape[1:3]
-        fits = (windows.height == size[0]) & (windows.width == size[1])
-        take = np.flatnonzero(ok)[fits]
-        gids = chunk.gids
-        codes = native.decode_chunk(chunk.buffer, chunk.starts[take], chunk.sizes[take], windows.boxes[fits],
-                                    windows.flips[fits], ~self.reader.checked[gids[take]], chunk.js[take], images,
-                                    channels_first=self.channels_first, offset=self.offset, factor=self.factor,
-                                    max_pixels=self.work.max_pixels)
-        if (codes == native.RC_NOMEM).any():
+        codes, reading = native.run_chunk(files.fds, files.offsets, files.sizes, files.stamps, gids,
+                                          ~reader.checked[gids], js, self.program, self.epoch_key, slot.images,
+                                          channels_first=self.channels_first, offset=self.offset,
+                                          factor=self.factor, max_pixels=self.work.max_pixels)
+        del files.held[:]  # reads done: the descriptors may be let go
+        status = codes[:, 0]
+        if (status >= native.READ_CHANGED).any():
+            raise reader.storage_error(status, codes[:, 1], files)
+        if (status == native.RUN_NOMEM).any():
             raise MemoryError("turbofeed: out of memory decoding a chunk")
-        done = take[codes == native.RC_OK]
-        rows, ids = chunk.js[done], gids[done]
+        done = status == native.RUN_OK
+        rows, ids = js[done], gids[done]
         slot.labels[rows] = self.labels[ids]
         job.ids[rows] = ids
-        self.reader.checked[ids] = True  # decoded with their whole scan checked, or checked before
-        self.work.stats.add_times(decode_cpu=time.perf_counter() - started)
-        failed = np.ones(len(gids), dtype=bool)
-        failed[done] = False
-        return sorted(chunk.left + chunk.js[failed].tolist())
-
-
-def _buffer(nbytes: int) -> np.ndarray:
-    """This thread's read buffer, at least ``nbytes`` long (grown by doubling)."""
-    buffer = getattr(_buffers, "array", None)
-    if buffer is None or len(buffer) < nbytes:
-        buffer = _buffers.array = np.empty(max(nbytes, 2 * (0 if buffer is None else len(buffer)), 1 << 20), np.uint8)
-    return buffer
-
-
+        reader.checked[ids] = True  # decoded with their whole scan checked, or checked before
+        stats = self.work.stats
+        stats.add_fetch(reading, int(files.sizes.sum()))
+        stats.add_times(decode_cpu=time.perf_counter() - started - reading)
+        if done.all():
+            return left
+        return sorted(left + js[~done].tolist())

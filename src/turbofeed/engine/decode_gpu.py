@@ -209,7 +209,7 @@ class ChunkedGpuDecode(GpuDecode):
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
-        chunk = self.reader.read(job, start, stop, fresh=True, check=True)
+        chunk = self.reader.read(job, start, stop)
         ok = chunk.ok()
         gids, js = chunk.gids[ok], chunk.js[ok]
         windows = self.work.windows(gids, chunk.heights[ok], chunk.widths[ok])

@@ -193,7 +193,9 @@ class BatchStream:
         num_workers: worker threads; 0: none, each batch is filled in the caller's
             thread when it asks for it (``torch.utils.data.DataLoader(num_workers=0)``),
             nothing ahead (``prefetch`` does not apply).
-        prefetch: batches in flight.
+        prefetch: batches in flight; with a chunked stage at least enough for a chunk per
+            thread (``num_workers * per_task`` positions: 64 threads taking chunks of 16
+            of 256-sample batches keep 4 batches in flight), so no thread waits for work.
         timeout: seconds a batch may take (waiting for the threads, or filling it in
             the caller's thread); 0: no limit. Longer raises :class:`TimeoutError`.
     """
@@ -209,6 +211,9 @@ class BatchStream:
         self._next = start
         self._end = len(plan)
         self._prefetch = max(1, prefetch) if num_workers else 1
+        if stage.info.chunked and num_workers and self._next < self._end:
+            batch = max(1, len(plan.batch_positions(self._next)))
+            self._prefetch = max(self._prefetch, -(-num_workers * self._per_task // batch))
         self._timeout = timeout
         self._inflight: deque[Job] = deque()
         self._pool: Executor | None = None

@@ -41,6 +41,7 @@ def program(compose: Compose) -> np.ndarray | None:
     at = len(head) + OP_WORDS * len(compose.geometry)  # where the tables start
     for op, first in zip(compose.geometry, compose.firsts):
         kind = type(op)
+        words: list[float]
         if kind is Resize:
             assert isinstance(op, Resize)
             words = [RESIZE_SHORT, op.size] if isinstance(op.size, int) else [RESIZE, *op.size]

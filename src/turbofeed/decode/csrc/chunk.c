@@ -2,7 +2,10 @@
  * slot rows (chunk.h). */
 #include "chunk.h"
 
+#include "windows.h"
+
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -69,20 +72,53 @@ static void wait_ns(long long ns) {
     }
 }
 
-void tf_chunk_decode(JpegWindow *j, size_t n, const unsigned char *buf, const int64_t *starts, const int64_t *sizes,
-                     const double *boxes, const uint8_t *flips, const uint8_t *checks, const int64_t *rows,
-                     unsigned char *out, size_t row_bytes, const Target *base, long long max_pixels,
-                     long long emulate_ns, int32_t *status) {
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+long long tf_chunk_run(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *offsets, const int64_t *sizes,
+                       const int64_t *stamps, const int64_t *gids, const uint8_t *checks, const int64_t *rows,
+                       const double *prog, uint64_t epoch_key, unsigned char *out, size_t row_bytes,
+                       const Target *base, long long max_pixels, long long emulate_ns, int32_t *status) {
+    int64_t largest = 1;
+    for (size_t i = 0; i < n; i++) largest = sizes[i] > largest ? sizes[i] : largest;
+    unsigned char *buf = malloc((size_t)largest);
+    if (!buf) return -1;
+    long long reading = 0, waiting = 0;
     for (size_t i = 0; i < n; i++) {
-        Target t = *base;
-        t.out = out + (size_t)rows[i] * row_bytes;
-        t.flip = flips[i] != 0;
-        if (emulate_ns > 0) {
-            wait_ns(emulate_ns);
-            status[i] = RC_OK;
+        int32_t *st = status + 2 * i;
+        int32_t hw[2] = {0, 0};
+        const long long t0 = now_ns();
+        st[1] = 0;
+        st[0] = read_one(j, fds[i], offsets[i], sizes[i], stamps + 3 * i, buf, 0, 0, hw);
+        reading += now_ns() - t0;
+        if (st[0] == TF_READ_ERRNO) st[1] = hw[0];
+        if (st[0] != TF_READ_OK) {
+            if (st[0] < TF_READ_CHANGED) st[0] = TF_RUN_GENERAL;
             continue;
         }
-        status[i] = tf_jpeg_crop_resize(j, buf + starts[i], (size_t)sizes[i], boxes + 4 * i, &t, 0, checks[i] != 0,
-                                        max_pixels);
+        double box[4];
+        int64_t size[2];
+        uint8_t flip;
+        tf_windows(prog, epoch_key, 1, gids + i, hw, hw + 1, box, size, &flip);
+        if (size[0] != base->out_h || size[1] != base->out_w) {
+            st[0] = TF_RUN_GENERAL;
+            continue;
+        }
+        Target t = *base;
+        t.out = out + (size_t)rows[i] * row_bytes;
+        t.flip = flip;
+        if (emulate_ns > 0) { /* one wait for the chunk's decodes at the end: a wait costs CPU time too */
+            waiting += emulate_ns;
+            st[0] = TF_RUN_OK;
+            continue;
+        }
+        const int rc = tf_jpeg_crop_resize(j, buf, (size_t)sizes[i], box, &t, 0, checks[i] != 0, max_pixels);
+        st[0] = rc == RC_OK ? TF_RUN_OK : rc == RC_NOMEM ? TF_RUN_NOMEM : TF_RUN_GENERAL;
     }
+    free(buf);
+    if (waiting > 0) wait_ns(waiting);
+    return reading;
 }

@@ -1,7 +1,7 @@
-/* A chunk of samples in two calls without the GIL (chunk.c): read every sample's bytes
- * from its shard into one buffer and read its JPEG header, then decode every sample's
- * crop window into its row of a batch slot. Python runs once per chunk around them
- * (turbofeed/engine/chunks.py), never per sample. No Python here. */
+/* A chunk of samples in one call without the GIL (chunk.c): every sample's bytes read
+ * from its shard (into one buffer, tf_chunk_read: the GPU path), or read, its window
+ * chosen and decoded into its row of a batch slot (tf_chunk_run: the CPU path). Python
+ * runs once per chunk around them (turbofeed/engine/chunks.py), never per sample. */
 #ifndef TF_CHUNK_H
 #define TF_CHUNK_H
 
@@ -33,14 +33,23 @@ void tf_chunk_read(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *o
                    const int64_t *stamps, unsigned char *buf, const int64_t *starts, const uint8_t *checks,
                    long long max_pixels, int32_t *head);
 
-/* For each sample i < n: tf_jpeg_crop_resize of buf[starts[i] : starts[i] + sizes[i]] with
- * box boxes[4i..4i+3], mirrored when flips[i], its whole scan checked when checks[i], into
- * out + rows[i] * row_bytes (the target's size, layout and normalisation from base).
- * status[i] is its RC_ code. emulate_ns > 0 replaces each decode by a wait of that many
- * nanoseconds (bench/emulated_cores.py: each thread then acts as one more core). */
-void tf_chunk_decode(JpegWindow *j, size_t n, const unsigned char *buf, const int64_t *starts, const int64_t *sizes,
-                     const double *boxes, const uint8_t *flips, const uint8_t *checks, const int64_t *rows,
-                     unsigned char *out, size_t row_bytes, const Target *base, long long max_pixels,
-                     long long emulate_ns, int32_t *status);
+/* What tf_chunk_run says of a sample: decoded into its row; for the per-sample path (not
+ * a JPEG the crop decoder takes, a window of another size than the rows, damage, over
+ * max_pixels); no memory; or TF_READ_CHANGED, TF_READ_ERRNO, TF_READ_SHORT. */
+enum { TF_RUN_OK = 0, TF_RUN_GENERAL = 1, TF_RUN_NOMEM = 2 };
+
+/* The whole CPU path of a chunk in one call: for each sample i, read it as tf_chunk_read
+ * does (into a buffer of this call), choose its window (tf_windows: prog, epoch_key,
+ * gids[i] and the header's size), and where the window's size is the target's, decode it
+ * with tf_jpeg_crop_resize into out + rows[i] * row_bytes (mirrored as the window says,
+ * its whole scan checked where checks[i]; emulate_ns > 0 replaces each decode by
+ * emulate_ns nanoseconds of waiting, all in one wait at the end, since a wait costs CPU
+ * time too: bench/emulated_cores.py). status[2i] is its TF_RUN_ or
+ * TF_READ_ code, status[2i + 1] the errno of a failed read. Returns the nanoseconds spent
+ * reading (the rest decoding), or -1 without memory for the read buffer. */
+long long tf_chunk_run(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *offsets, const int64_t *sizes,
+                       const int64_t *stamps, const int64_t *gids, const uint8_t *checks, const int64_t *rows,
+                       const double *prog, uint64_t epoch_key, unsigned char *out, size_t row_bytes,
+                       const Target *base, long long max_pixels, long long emulate_ns, int32_t *status);
 
 #endif

@@ -90,91 +90,6 @@ PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
     return head;
 }
 
-const char tf_decode_chunk_doc[] =
-    "decode_chunk(buffer, starts, sizes, boxes, flips, checks, rows, out, out_h, out_w,\n"
-    "             channels_first=True, offset=None, factor=None, max_pixels=0, emulate_ns=0) -> bytes\n"
-    "--\n\n"
-    "For each sample i: crop_resize of buffer[starts[i]:starts[i] + sizes[i]] with box\n"
-    "boxes[i] (float64, n x 4), mirrored when flips[i], the whole scan checked when checks[i]\n"
-    "(uint8 each), into row rows[i] (int64) of out (C-contiguous, rows of 3*out_h*out_w\n"
-    "items; uint8, or float32 with offset and factor). Returns int32 return codes as bytes,\n"
-    "one per sample: 0 ok, 1 damaged data, 2 for the general decoder, 3 no memory, 4 bad\n"
-    "arguments or not a JPEG, 5 over max_pixels. emulate_ns > 0 replaces each decode by a\n"
-    "wait of that many nanoseconds (bench/emulated_cores.py). Releases the GIL for the\n"
-    "whole chunk.";
-
-PyObject *tf_py_decode_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"buffer", "starts", "sizes", "boxes", "flips", "checks", "rows", "out", "out_h",
-                             "out_w", "channels_first", "offset", "factor", "max_pixels", "emulate_ns", NULL};
-    PyObject *objs[7], *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
-    Py_buffer v[7], out;
-    int out_h, out_w, chw = 1;
-    long long max_pixels = 0, emulate_ns = 0;
-    float offset[3], factor[3];
-    Target t;
-    (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOii|pOOLL:decode_chunk", kwlist, &objs[0], &objs[1],
-                                     &objs[2], &objs[3], &objs[4], &objs[5], &objs[6], &out_obj, &out_h, &out_w,
-                                     &chw, &offset_obj, &factor_obj, &max_pixels, &emulate_ns))
-        return NULL;
-    Py_buffer first;
-    if (tf_typed_buffer(objs[1], "starts", 'q', -1, &first) < 0) return NULL;
-    const Py_ssize_t n = first.len / 8;
-    PyBuffer_Release(&first);
-    static const char *names[] = {"buffer", "starts", "sizes", "boxes", "flips", "checks", "rows"};
-    const Py_ssize_t counts[] = {-1, n, n, 4 * n, n, n, n};
-    if (typed_all(objs, names, "BqqdBBq", counts, 7, v) < 0) return NULL;
-    /* out's rows: its length over one row's bytes (checked exactly by tf_get_target) */
-    Py_buffer probe;
-    if (PyObject_GetBuffer(out_obj, &probe, PyBUF_SIMPLE) < 0) {
-        release_all(v, 7);
-        return NULL;
-    }
-    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
-    const Py_ssize_t row_bytes = (Py_ssize_t)3 * (out_h > 0 ? out_h : 1) * (out_w > 0 ? out_w : 1) * (normalise ? 4 : 1);
-    const Py_ssize_t nrows = probe.len / row_bytes;
-    PyBuffer_Release(&probe);
-    if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
-        release_all(v, 7);
-        return NULL;
-    }
-    const int64_t *starts = v[1].buf, *sizes = v[2].buf, *rows = v[6].buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (sizes[i] < 0 || starts[i] < 0 || starts[i] + sizes[i] > v[0].len || rows[i] < 0 || rows[i] >= nrows) {
-            release_all(v, 7);
-            PyBuffer_Release(&out);
-            PyErr_Format(PyExc_ValueError, "sample %zd does not fit in the buffer or in out", i);
-            return NULL;
-        }
-    }
-    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!codes) {
-        release_all(v, 7);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    int32_t *status = (int32_t *)PyBytes_AsString(codes);
-    int nomem = 0;
-    Py_BEGIN_ALLOW_THREADS
-    JpegWindow *j = tf_thread_state();
-    if (!j) {
-        nomem = 1;
-    } else {
-        tf_chunk_decode(j, (size_t)n, v[0].buf, starts, sizes, v[3].buf, v[4].buf, v[5].buf, rows, out.buf,
-                        (size_t)row_bytes, &t, max_pixels, emulate_ns, status);
-        tf_scratch_trim(tf_jpeg_scratch(j));
-        tf_thread_state_put(j);
-    }
-    Py_END_ALLOW_THREADS
-    release_all(v, 7);
-    PyBuffer_Release(&out);
-    if (nomem) {
-        Py_DECREF(codes);
-        return PyErr_NoMemory();
-    }
-    return codes;
-}
-
 const char tf_windows_doc[] =
     "windows(program, epoch_key, gids, heights, widths, boxes, sizes, flips) -> None\n"
     "--\n\n"
@@ -223,4 +138,94 @@ PyObject *tf_py_windows(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     release_all(v, 7);
     Py_RETURN_NONE;
+}
+
+const char tf_run_chunk_doc[] =
+    "run_chunk(fds, offsets, sizes, stamps, gids, checks, rows, program, epoch_key, out, out_h, out_w,\n"
+    "          channels_first=True, offset=None, factor=None, max_pixels=0, emulate_ns=0) -> (bytes, int)\n"
+    "--\n\n"
+    "The CPU path of a chunk in one call without the GIL: each sample read as read_chunk\n"
+    "reads it, its window chosen as windows() chooses it (program, epoch_key, its int64 id\n"
+    "gids[i], its header's size), and where that window's size is out's, decoded as\n"
+    "crop_resize decodes it (its whole scan checked where checks[i]) into row rows[i] of out\n"
+    "(uint8, or float32 with offset and factor); emulate_ns > 0: a wait instead of each\n"
+    "decode (bench/emulated_cores.py). Returns (int32 (code, errno) pairs as\n"
+    "bytes, nanoseconds spent reading): code 0 decoded, 1 for the per-sample path, 2 no\n"
+    "memory, 3 the file changed, 4 the read failed (errno), 5 short read.";
+
+PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"fds", "offsets", "sizes", "stamps", "gids", "checks", "rows", "program", "epoch_key",
+                             "out", "out_h", "out_w", "channels_first", "offset", "factor", "max_pixels",
+                             "emulate_ns", NULL};
+    PyObject *objs[8], *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
+    unsigned long long key;
+    Py_buffer v[8], out;
+    int out_h, out_w, chw = 1;
+    long long max_pixels = 0, emulate_ns = 0;
+    float offset[3], factor[3];
+    Target t;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOKOii|pOOLL:run_chunk", kwlist, &objs[0], &objs[1],
+                                     &objs[2], &objs[3], &objs[4], &objs[5], &objs[6], &objs[7], &key, &out_obj,
+                                     &out_h, &out_w, &chw, &offset_obj, &factor_obj, &max_pixels, &emulate_ns))
+        return NULL;
+    Py_buffer first;
+    if (tf_typed_buffer(objs[0], "fds", 'i', -1, &first) < 0) return NULL;
+    const Py_ssize_t n = first.len / 4;
+    PyBuffer_Release(&first);
+    static const char *names[] = {"fds", "offsets", "sizes", "stamps", "gids", "checks", "rows", "program"};
+    const Py_ssize_t counts[] = {n, n, n, 3 * n, n, n, n, -1};
+    if (typed_all(objs, names, "iqqqqBqd", counts, 8, v) < 0) return NULL;
+    if (tf_program_check(v[7].buf, (size_t)(v[7].len / 8)) < 0) {
+        release_all(v, 8);
+        PyErr_SetString(PyExc_ValueError, "malformed window program (turbofeed.transforms.program)");
+        return NULL;
+    }
+    Py_buffer probe;
+    if (PyObject_GetBuffer(out_obj, &probe, PyBUF_SIMPLE) < 0) {
+        release_all(v, 8);
+        return NULL;
+    }
+    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
+    const Py_ssize_t row_bytes = (Py_ssize_t)3 * (out_h > 0 ? out_h : 1) * (out_w > 0 ? out_w : 1) * (normalise ? 4 : 1);
+    const Py_ssize_t nrows = probe.len / row_bytes;
+    PyBuffer_Release(&probe);
+    if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
+        release_all(v, 8);
+        return NULL;
+    }
+    const int64_t *sizes = v[2].buf, *rows = v[6].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (sizes[i] < 0 || rows[i] < 0 || rows[i] >= nrows) {
+            release_all(v, 8);
+            PyBuffer_Release(&out);
+            PyErr_Format(PyExc_ValueError, "sample %zd: a negative size, or a row outside out", i);
+            return NULL;
+        }
+    }
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!codes) {
+        release_all(v, 8);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    int32_t *status = (int32_t *)PyBytes_AsString(codes);
+    long long reading = -1;
+    Py_BEGIN_ALLOW_THREADS
+    JpegWindow *j = tf_thread_state();
+    if (j) {
+        reading = tf_chunk_run(j, (size_t)n, v[0].buf, v[1].buf, sizes, v[3].buf, v[4].buf, v[5].buf, rows,
+                               v[7].buf, (uint64_t)key, out.buf, (size_t)row_bytes, &t, max_pixels, emulate_ns,
+                               status);
+        tf_scratch_trim(tf_jpeg_scratch(j));
+        tf_thread_state_put(j);
+    }
+    Py_END_ALLOW_THREADS
+    release_all(v, 8);
+    PyBuffer_Release(&out);
+    if (reading < 0) {
+        Py_DECREF(codes);
+        return PyErr_NoMemory();
+    }
+    return Py_BuildValue("(NL)", codes, reading);
 }

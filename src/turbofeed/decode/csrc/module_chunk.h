@@ -4,9 +4,9 @@
 
 #include <Python.h>
 
-extern const char tf_read_chunk_doc[], tf_decode_chunk_doc[], tf_windows_doc[];
+extern const char tf_read_chunk_doc[], tf_windows_doc[], tf_run_chunk_doc[];
 PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *tf_py_decode_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *tf_py_windows(PyObject *self, PyObject *args);
+PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
 
 #endif
