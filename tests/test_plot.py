@@ -109,10 +109,10 @@ def test_timeline_records_worker_and_consumer_spans(dataset):
     spans = loader.stats.timeline.spans()
     workers = {s.thread for s in spans if s.stage == "decode.cpu"}
     assert workers and all(t.startswith("turbofeed-decode.cpu-") for t in workers)
-    # one fetch span per task: a chunk of positions (engine/chunks.py), 16 of 64 samples here
+    # one fetch span per task: a chunk of positions (engine/chunks.py), a batch of 16 here
     from turbofeed.engine.chunks import chunk_size
 
-    assert sum(s.stage == "fetch" for s in spans) == 64 // chunk_size(16, 2) == 4
+    assert chunk_size(16, 2) == 16 and sum(s.stage == "fetch" for s in spans) == 64 // 16
     assert sum(s.stage == "wait" for s in spans) == 4  # one per batch, on the caller's thread
     assert all(s.t1 >= s.t0 for s in spans)
 

@@ -78,15 +78,15 @@ def test_one_native_call_per_chunk(shards, monkeypatch):
     monkeypatch.setattr(native, "run_chunk", counting)
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32))
     n = sum(len(labels) for _, labels in loader)
-    assert n == 120 and chunk_size(40, 2) == 20
-    assert calls == {"chunks": 6, "samples": 120}
+    assert n == 120 and chunk_size(40, 2) == 32
+    assert calls == {"chunks": 6, "samples": 120}  # 32 + 8 in each of 3 batches of 40
     seconds = loader.stats.as_dict()["seconds"]
     assert seconds["fetch"] > 0 and seconds["decode.cpu"] > 0 and loader.stats.as_dict()["bytes_read"] > 0
 
 
 def test_chunk_size_follows_threads_within_bounds():
-    assert chunk_size(256, 16) == 16 and chunk_size(256, 8) == 32 and chunk_size(256, 2) == 64
-    assert chunk_size(256, 64) == 16  # never below the floor
+    assert chunk_size(256, 4) == 64 and chunk_size(256, 6) == 43 and chunk_size(256, 2) == 64
+    assert chunk_size(256, 8) == chunk_size(256, 64) == 32  # never below the floor
     assert chunk_size(8, 1) == 8  # never more than a batch
     assert chunk_size(256, 0) == 64
 

@@ -11,9 +11,10 @@ same checks as :meth:`ShardFiles.pread_exact`, so a shard replaced, rewritten or
 truncated during a pass is a :class:`~turbofeed.errors.StorageError` here too.
 
 Descriptors are opened on first use and kept, at most ``max_open`` (then the ones not
-in use by the chunk asking are let go). A chunk holds the :class:`OpenFile` objects of
-its shards while it reads, so a descriptor is never closed (and its number reused) under
-a reader.
+in use by the chunk asking are let go). Where some may be let go (more sources than
+``max_open``), a chunk holds the :class:`OpenFile` objects of its shards while it reads,
+so a descriptor is never closed (and its number reused) under a reader; with fewer, a
+chunk whose files are all open takes their descriptors without a lock.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class SampleRanges:
         self._fds = np.full(len(sources), -1, dtype=np.int32)
         self._open: dict[int, OpenFile] = {}  # insertion order: the oldest first
         self._max_open = max(1, max_open)
+        self._keeps_all = len(sources) <= self._max_open  # every file stays open once opened
         self._lock = threading.Lock()
 
     def files(self, gids: np.ndarray) -> ChunkFiles:
@@ -90,6 +92,9 @@ class SampleRanges:
             StorageError: a shard vanished or is not the indexed version any more.
         """
         source = np.searchsorted(self.starts, gids, side="right") - 1
+        fds = self._fds[source]
+        if self._keeps_all and (fds >= 0).all():  # nothing is ever let go: no hold, no lock
+            return ChunkFiles(fds, self.offsets[gids], self.sizes[gids], self.stamps[source], source, [])
         needed = np.unique(source)
         with self._lock:
             missing = needed[self._fds[needed] < 0]
