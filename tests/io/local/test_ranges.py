@@ -25,8 +25,9 @@ def test_each_sample_is_its_image_bytes(tmp_path):
     data = Dataset(shards(tmp_path, 4), index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad)
     gids = np.array([11, 0, 5, 7, 5], np.int64)
+    assert len(ranges.files(gids).held) == 4  # the first chunk opens them
     files = ranges.files(gids)
-    assert ranges.readable.all() and files.held == []  # 4 sources: all kept, nothing held
+    assert ranges.readable.all() and files.held == []  # 4 sources, all kept: nothing to hold
     for i, gid in enumerate(gids.tolist()):
         assert read_back(files, i) == data.read(gid)
         assert tuple(files.stamps[i]) == data.sources[int(files.source[i])].file.stamp
