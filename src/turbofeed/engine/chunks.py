@@ -222,18 +222,17 @@ class ChunkedCpuDecode(FusedCpuDecode):
                                           factor=self.factor, max_pixels=self.work.max_pixels)
         del files.held[:]  # reads done: the descriptors may be let go
         status = codes[:, 0]
-        if (status >= native.READ_CHANGED).any():
-            raise reader.storage_error(status, codes[:, 1], files)
-        if (status == native.RUN_NOMEM).any():
-            raise MemoryError("turbofeed: out of memory decoding a chunk")
-        done = status == native.RUN_OK
-        rows, ids = js[done], gids[done]
-        slot.labels[rows] = self.labels[ids]
-        job.ids[rows] = ids
-        reader.checked[ids] = True  # decoded with their whole scan checked, or checked before
-        stats = self.work.stats
-        stats.add_fetch(reading, int(files.sizes.sum()))
-        stats.add_times(decode_cpu=time.perf_counter() - started - reading)
-        if done.all():
-            return left
-        return sorted(left + js[~done].tolist())
+        failed = status.any()  # the usual chunk: every sample decoded, nothing more to ask
+        if failed:
+            if (status >= native.READ_CHANGED).any():
+                raise reader.storage_error(status, codes[:, 1], files)
+            if (status == native.RUN_NOMEM).any():
+                raise MemoryError("turbofeed: out of memory decoding a chunk")
+            done = status == native.RUN_OK
+            left = sorted(left + js[~done].tolist())
+            js, gids = js[done], gids[done]
+        slot.labels[js] = self.labels[gids]
+        job.ids[js] = gids
+        reader.checked[gids] = True  # decoded with their whole scan checked, or checked before
+        self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, int(files.sizes.sum()))
+        return left

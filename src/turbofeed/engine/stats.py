@@ -85,6 +85,16 @@ class Stats:
             self.seconds["fetch"] += seconds
         self._counts.add("bytes_read", nbytes)
 
+    def add_chunk(self, fetch: float, decode: float, nbytes: int) -> None:
+        """A chunk of samples read (``fetch`` seconds, ``nbytes``) and decoded (``decode``
+        seconds) in one native call (:mod:`turbofeed.engine.chunks`): one update, not one per sample."""
+        if self.timeline is not None:
+            self.timeline.ending_now({"fetch": fetch, "decode.cpu": decode})
+        with self._lock:
+            self.seconds["fetch"] += fetch
+            self.seconds["decode.cpu"] += decode
+        self._counts.add("bytes_read", nbytes)
+
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the count ``name`` (``samples``, ``batches``, ``replaced``, ``skipped``)."""
         self._counts.add(name, n)
