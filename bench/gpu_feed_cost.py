@@ -233,20 +233,26 @@ def gil_free_timer() -> Iterator[Seconds]:
         yield total
 
 
+def timed_epoch(loader: Any, profile: cProfile.Profile | None = None) -> tuple[int, float]:
+    """One epoch of ``loader``: (images, this thread's CPU seconds), under ``profile`` if given."""
+    images = 0
+    if profile is not None:
+        profile.enable()
+    started = clock()
+    for x, _ in loader:
+        images += len(x)
+    total = clock() - started
+    if profile is not None:
+        profile.disable()
+    return images, total
+
+
 def epochs(loader: Any, decoder: TinyDecoder, timers: Timers, reads: Seconds, native_s: Seconds, count: int,
            profile: cProfile.Profile | None = None) -> list[dict[str, float]]:
     out = []
     for _ in range(count):
         timers.fill = timers.finish = decoder.seconds = reads.seconds = native_s.seconds = 0.0
-        images = 0
-        if profile is not None:
-            profile.enable()
-        started = clock()
-        for x, _ in loader:
-            images += len(x)
-        total = clock() - started
-        if profile is not None:
-            profile.disable()
+        images, total = timed_epoch(loader, profile)
         out.append({"feed_us": 1e6 * timers.fill / images, "pread_us": 1e6 * reads.seconds / images,
                     "native_us": 1e6 * native_s.seconds / images,
                     "caller_us": 1e6 * (timers.finish - decoder.seconds) / images,
@@ -393,15 +399,7 @@ def cpu_epoch(loader: Any, native_s: Seconds, reads: Seconds,
     """One epoch of :func:`cpu_costs`' loader: this thread's CPU us per sample, in all, in
     GIL-free native calls, in ``os.pread``, and what is left (holding the GIL)."""
     native_s.seconds = reads.seconds = 0.0
-    images = 0
-    if profile is not None:
-        profile.enable()
-    started = clock()
-    for x, _ in loader:
-        images += len(x)
-    total = clock() - started
-    if profile is not None:
-        profile.disable()
+    images, total = timed_epoch(loader, profile)
     out = {"images": images, "thread_us": 1e6 * total / images, "native_us": 1e6 * native_s.seconds / images,
            "pread_us": 1e6 * reads.seconds / images}
     out["gil_us"] = out["thread_us"] - out["native_us"] - out["pread_us"]
