@@ -77,7 +77,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             planned, so a loader built before ``init_process_group`` (Lightning,
             Accelerate) splits too. ``True``: split likewise. ``False``: every rank reads
             the whole dataset (one WARNING under a launcher of several ranks).
-        rank, world_size: explicit distributed position (wins over the environment).
+        rank, world_size: explicit distributed position, both or neither (one alone is a
+            ``ValueError``); used as given, with one WARNING when a process group or
+            launcher says otherwise (``rank=0, world_size=1`` reads everything).
         device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
             the GPU (uint8 copied asynchronously, normalised there).
         pin_memory: page-locked host batches; default: when delivering to CUDA.
