@@ -126,6 +126,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
+            With ``collate_fn`` (or ``collate``): ``(batch, keys)``, ``batch`` being what
+            it returned, whatever its type; a dict batch instead gets ``"__key__"`` (when
+            it has none: ``fields=`` batches hold the sample keys already).
         classes: class names in id order, for labels given by name (``.txt``, JSON
             strings, ImageFolder folders): the name ``classes[i]`` gets id ``i`` in every
             loader, whichever names its data holds (train and val agree). Without it, ids
