@@ -301,7 +301,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         self._fingerprint = self._plan_fingerprint()
         self._active: weakref.ref | None = None  # the newest pass
         self._passes: weakref.WeakSet = weakref.WeakSet()  # every pass not garbage-collected
-        if len(self) == 0:
+        if self._epoch_batches() == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
                              f"has {self._per_rank()} samples")
         size = self.transform.size if self.transform is not None else None
@@ -368,7 +368,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
                         "epoch continues at sample %d of the re-indexed data", self._start)
-        if len(self) == 0:
+        if self._epoch_batches() == 0:
             raise ValueError(f"after re-indexing, batch_size={self.batch_size} with drop_last=True "
                              f"leaves no batch: this rank has {self._per_rank()} samples")
 
