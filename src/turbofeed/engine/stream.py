@@ -23,6 +23,7 @@ from .policy import ErrorPolicy, PassPolicy
 from .stages import ChunkStage, SampleStage
 
 _POLL_S = 0.1
+_CLOSE_S = 10.0  # a close waits this long in all for threads finishing their sample
 
 
 class Job:
@@ -74,6 +75,7 @@ class _Runner:
         self.fill_chunk = fill_chunk
         self.policy = policy
         self.stop = threading.Event()
+        self.abandon = False  # the pass timed out: close without waiting for the threads
 
     def run(self, job: Job, j: int) -> None:
         try:
@@ -175,7 +177,9 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
 
 def _shutdown(runner: _Runner, pool: Executor) -> None:
     runner.stop.set()
-    pool.close()
+    # A timed-out pass leaves its threads: each finishes its call alone and exits, and
+    # writes only into the slots of batches dropped with the pass, never handed out again.
+    pool.close(timeout=0 if runner.abandon else _CLOSE_S)
 
 
 class BatchStream:
@@ -261,7 +265,11 @@ class BatchStream:
         return job
 
     def _timed_out(self, job: Job) -> TimeoutError:
+        """The error of a batch past ``timeout``; the pass's threads are abandoned, not
+        joined (the error comes at the deadline however many of them are stuck)."""
         where = "in the calling thread" if self._pool is None else "on the threads"
+        if self._runner is not None:
+            self._runner.abandon = True
         return TimeoutError(f"turbofeed: batch {job.index} of the pass took longer than timeout={self._timeout} s "
                             f"({len(job)} samples, {where}); the pass is stopped: look for slow storage or a "
                             "slow transform, or raise timeout=")
