@@ -119,6 +119,11 @@ class _LoaderIterator:
             raise StopIteration
         try:
             job, batch = next(self.engine)
+        except StopIteration:
+            if self.engine.finished:  # the last batches were dropped (a bucket without a good sample)
+                self._finish()
+            self.done = True
+            raise
         except BaseException:  # StopIteration after close(), or an error from the stages
             self.done = True
             raise
