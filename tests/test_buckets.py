@@ -210,6 +210,66 @@ def test_a_bad_sample_is_replaced_from_its_own_bucket(tmp_path):
     assert "shard-0.tar/00005" not in [k for _, keys in batches for k in keys]
 
 
+def _with_tall(folder, tall: list[bool], squares: int = 40) -> str:
+    """One shard: ``squares`` good square JPEGs, then one tall JPEG per ``tall`` entry
+    (False: its data cut off after an intact header, so it is bucketed and then bad)."""
+    os.makedirs(folder, exist_ok=True)
+    members = []
+    for i in range(squares):
+        members += [(f"{i:05d}.jpg", encode(photo(64, 64, seed=i))), (f"{i:05d}.cls", b"1")]
+    for k, good in enumerate(tall):
+        jpg = encode(photo(96, 48, seed=100 + k))
+        members += [(f"t{k:04d}.jpg", jpg if good else jpg[:len(jpg) // 2]), (f"t{k:04d}.cls", b"2")]
+    return write_tar(os.path.join(folder, "shard-0.tar"), members)
+
+
+def test_a_bad_sample_alone_in_its_bucket_drops_that_batch_not_the_run(tmp_path):
+    """A damaged panorama whose header is intact, alone in its bucket among 40 good images:
+    the replacement looked only inside the bucket and raised DatasetError "the dataset
+    looks unreadable" (issue 37 #5). Now its batch is dropped, counted in stats."""
+    data = _with_tall(tmp_path / "d", [False])
+    loader = _loader(data, batch_size=4)
+    batches = _epoch(loader)
+    keys = [k for _, ks in batches for k in ks]
+    assert len(batches) == 10 and all(shape[2:] == (32, 32) for shape, _ in batches)
+    assert sorted(keys) == sorted(f"shard-0.tar/{i:05d}" for i in range(40))
+    assert loader.stats.dropped_batches == 1 and loader.stats.errors == {"decode.cpu": 1}
+    assert loader.stats.skipped == 4 and loader.stats.as_dict()["dropped_batches"] == 1
+    assert loader.state_dict()["epoch"] == 1  # the epoch is done: the next one starts
+    assert len(_epoch(loader)) == 10 and loader.stats.dropped_batches == 2  # and so in the next
+    # resumed after 3 batches: the rest, the dropped batch left out as before
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    del it
+    resumed = _loader(data, batch_size=4)
+    resumed.load_state_dict(state)
+    again = _loader(data, batch_size=4)
+    again.set_epoch(2)
+    assert [list(k) for *_, k in head] + [k for _, k in _epoch(resumed)] == [k for _, k in _epoch(again)]
+
+
+def test_a_bad_sample_of_a_bucket_is_replaced_from_the_bucket_beyond_this_ranks_share(tmp_path):
+    """Two tall images, the first bad: on a rank whose share of the tall bucket holds only
+    the bad one, the good one (another rank's, or a later epoch's) fills the slots."""
+    data = _with_tall(tmp_path / "d", [False, True], squares=30)
+    shares = []
+    for rank in range(2):
+        loader = _loader(data, batch_size=4, rank=rank, world_size=2)
+        batches = _epoch(loader)
+        tall = [ks for shape, ks in batches if shape[2:] == (48, 24)]
+        assert len(tall) == 1 and tall[0] == ["shard-0.tar/t0001"] * 4
+        assert loader.stats.dropped_batches == 0
+        shares.append(batches)
+    assert [len(b) for b in shares] == [5, 5]
+
+
+def test_a_rank_without_any_good_sample_still_raises(tmp_path):
+    data = _with_tall(tmp_path / "d", [False, False], squares=0)
+    with pytest.raises(turbofeed.DatasetError, match="no good sample in this rank's 8 samples"):
+        _epoch(_loader(data, batch_size=4))
+
+
 def test_an_image_folder_has_its_sizes_read_and_a_wrong_transform_is_refused(tmp_path):
     truth = {}
     for i in range(12):

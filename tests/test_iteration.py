@@ -106,6 +106,29 @@ def test_only_the_first_iteration_after_load_state_dict_resumes(shards):
     assert keys_of(nxt) == keys_of(list(reference))
 
 
+@pytest.mark.parametrize("world", [(2, 2), (2, 3), (1, 1)])
+def test_len_after_load_state_dict_counts_what_the_resumed_pass_yields(shards, world):
+    """tqdm and Lightning read len(loader): it counted the whole epoch, though the resumed
+    pass yields only the rest (issue 37 #10). Same and other world sizes (elastic)."""
+    saved_world, new_world = world
+    for drop_last in (False, True):
+        source = loader_for(shards, shuffle=True, rank=0, world_size=saved_world, drop_last=drop_last)
+        it = iter(source)
+        for _ in range(4):
+            next(it)
+        state = source.state_dict()
+        del it
+        resumed = loader_for(shards, shuffle=True, rank=0, world_size=new_world, drop_last=drop_last)
+        full = len(resumed)
+        resumed.load_state_dict(state)
+        rest = len(resumed)
+        assert rest == len(list(resumed)) < full
+        assert len(resumed) == full  # the pass after it runs a whole epoch
+        resumed.load_state_dict(state)
+        resumed.set_epoch(state["epoch"] + 1)  # another epoch cancels the resume
+        assert len(resumed) == full and len(resumed.batch_sampler) == full
+
+
 def test_a_resume_interrupted_by_a_peek_does_not_resume_twice(shards):
     source = loader_for(shards)
     it = iter(source)

@@ -87,3 +87,33 @@ def test_pipeline_splits_by_default(shards, monkeypatch):
 def test_enable_distributed_takes_only_none_true_false(shards):
     with pytest.raises(ValueError, match="enable_distributed must be None"):
         turbofeed.DataLoader(shards, enable_distributed="auto", **KW)
+
+
+@pytest.mark.parametrize("given, missing", [({"rank": 1}, "world_size"), ({"world_size": 1}, "rank"),
+                                            ({"rank": 0}, "world_size")])
+def test_rank_or_world_size_alone_is_refused_naming_the_other(shards, monkeypatch, given, missing):
+    """Alone, ``rank=1`` read everything as rank 0 of 1, and ``world_size=1`` under
+    torchrun read half as rank 1 of 2 (issue 37 #3)."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for make in (lambda: turbofeed.DataLoader(shards, **given, **KW),
+                 lambda: turbofeed.Pipeline(shards, num_workers=1, decode_jpeg=False, **given),
+                 lambda: turbofeed.DistributedPipeline(shards, num_workers=1, decode_jpeg=False, **given)):
+        with pytest.raises(ValueError, match=f"given without {missing}: give both rank and world_size"):
+            make()
+
+
+def test_a_given_pair_the_launcher_contradicts_is_used_with_one_warning(shards, monkeypatch, caplog):
+    """An evaluation loader under torchrun that reads everything: rank=0, world_size=1."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING, logger="turbofeed"):
+        loader = turbofeed.DataLoader(shards, rank=0, world_size=1, **KW)
+        assert (loader.rank, loader.world_size, len(keys(loader)), len(keys(loader))) == (0, 1, 120, 120)
+        with turbofeed.Pipeline(shards, num_workers=1, decode_jpeg=False, rank=0, world_size=1) as pipe:
+            assert len(pipe) == 120
+        agreeing = turbofeed.DataLoader(shards, rank=1, world_size=2, **KW)
+        assert len(keys(agreeing)) == 60
+    said = [r.getMessage() for r in caplog.records if "given, but" in r.getMessage()]
+    assert said == ["turbofeed: rank=0, world_size=1 given, but torchrun says rank 1 of 2: using the values "
+                    "given (this process reads 1/1 of the data as rank 0)"], said

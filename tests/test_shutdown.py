@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 import turbofeed
 from turbofeed import transforms as T
@@ -173,3 +174,43 @@ def test_closing_an_idle_pool_wakes_its_threads_at_once(monkeypatch):
     assert ran == ["one task"]
     assert not pool.alive()
     assert time.monotonic() - started < 20.0  # a minute-long poll would have blocked the join
+
+
+@pytest.mark.parametrize("workers", [4, 16])
+def test_timeout_is_a_deadline_whatever_the_number_of_stuck_threads(shards, workers):
+    """TimeoutError within timeout + 1 s: the stuck threads are abandoned, not joined one
+    after the other (timeout=2 with 4 stuck threads took 42 s, issue 37 #6). The loader
+    then runs again on fresh threads while the old ones are still stuck, and batches
+    equal those of a loader that never stalled."""
+    stuck, release = threading.Event(), threading.Event()
+
+    def hang(image):
+        if stuck.is_set():
+            release.wait(60)
+        return image
+
+    def through(image):
+        return image
+
+    kw = dict(batch_size=8, num_workers=workers, shuffle=True, seed=1)
+    loader = turbofeed.DataLoader(shards, transform=T.Compose([T.Resize(16), T.CenterCrop(16), hang]), timeout=1, **kw)
+    want = list(turbofeed.DataLoader(shards, transform=T.Compose([T.Resize(16), T.CenterCrop(16), through]), **kw))
+    stuck.set()
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"batch 0 of the pass took longer than timeout=1.0 s"):
+            next(iter(loader))
+        assert time.monotonic() - started < 2.0
+        abandoned = turbofeed_threads()
+        assert len(abandoned) >= min(workers, 16) // 2, abandoned  # still stuck in hang()
+        stuck.clear()
+        loader.set_epoch(0)
+        got = []
+        for images, labels in loader:  # fresh threads
+            got.append((images, labels))
+            release.set()  # the abandoned threads finish their sample now, into dropped batches
+        assert len(got) == len(want) == 15
+        assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, want))
+    finally:
+        release.set()
+    assert wait_for_no_threads() == []  # each abandoned thread exits once its call returns

@@ -91,6 +91,32 @@ def test_collate_fn_gets_image_label_pairs_as_torch_gives_them(shards):
     assert tuple(image.shape) == (3, 16, 16) and isinstance(label, int)
 
 
+def test_return_keys_with_collate_fn_gives_the_batch_and_its_keys(shards):
+    """The keys were appended to whatever collate_fn returned: a stacked tensor was
+    unpacked along its first dimension, a dict lost its keys (issue 37 #4)."""
+    want = list(loader_for(shards))  # (images, labels, keys)
+
+    def stacked(samples):
+        return torch.stack([image for image, _ in samples])
+
+    got = list(loader_for(shards, collate_fn=stacked))
+    assert len(got) == STEPS
+    for (images, keys), (images_0, _, keys_0) in zip(got, want):
+        assert torch.equal(images, images_0) and keys == keys_0 and len(keys) == 8
+    listed, keys = next(iter(loader_for(shards, collate_fn=lambda s: [*default_collate(s), len(s)])))
+    assert len(listed) == 3 and listed[2] == 8 and keys == want[0][2]  # a list comes whole, not spread
+
+    def as_dict(samples):
+        return {"images": torch.stack([image for image, _ in samples]), "n": len(samples)}
+
+    batch = next(iter(loader_for(shards, collate_fn=as_dict)))
+    assert sorted(batch) == ["__key__", "images", "n"] and batch["__key__"] == want[0][2]
+    fields = turbofeed.DataLoader(shards, batch_size=8, fields={"image": "jpg", "label": "cls"}, return_keys=True,
+                                  transform=T.imagenet_eval(16), collate=lambda s: [x["__key__"] for x in s])
+    batch, keys = next(iter(fields))
+    assert len(keys) == 8 and batch == [k.split("/")[1] for k in keys]
+
+
 def test_collate_fn_that_raises_is_user_code(shards):
     def broken(samples):
         raise KeyError("oops")

@@ -105,6 +105,13 @@ def test_shards_default_to_the_launchers_ranks(shards, monkeypatch):
     assert from_env == explicit and len(explicit) == 60
 
 
+@pytest.mark.parametrize("given, missing", [({"shard_id": 1}, "num_shards"), ({"num_shards": 2}, "shard_id")])
+def test_shard_id_or_num_shards_alone_is_refused_as_the_loaders_rank(shards, given, missing):
+    """The same one-line refusal as the DataLoader's half-given rank/world_size (issue 37 #3)."""
+    with pytest.raises(ValueError, match=f"given without {missing}: give both shard_id and num_shards"):
+        build(shards, **given)
+
+
 def test_uneven_shards_pad_to_equal_batch_counts(shards):
     """120 samples on 7 shards: 18 each (wrap-around padding, as the DataLoader's ranks)."""
     counts = [sum(len(b[0]) for b in run_epoch(build(shards, shard_id=s, num_shards=7))) for s in range(7)]

@@ -12,7 +12,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from turbofeed.plan import EpochPlan, count_batches, epoch_permutation, make_epoch_plan, rank_order
+from turbofeed.plan import (EpochDraw, EpochPlan, StreamLayout, count_batches, epoch_permutation, make_epoch_plan,
+                            rank_order)
 
 
 def _interleave(parts: list[np.ndarray]) -> np.ndarray:
@@ -206,6 +207,41 @@ def test_invalid_batch_size(batch):
         make_epoch_plan(10, batch_size=batch, seed=0, epoch=0, shuffle=False)
     with pytest.raises(ValueError, match="batch_size"):
         count_batches(10, batch, False)
+
+
+GROUPS = np.array([0, 1, 0, 1, 1, 0, 0, 1, 0, 1], dtype=np.int64)  # aspect-ratio bucket of each id
+SIZES = np.array([4, 6], dtype=np.int64)  # two shards for the streamed and drawn orders
+
+
+def _layout() -> StreamLayout:
+    return StreamLayout(starts=np.array([0, 4, 10], np.int64), shard_bytes=SIZES * 100, canonical_nodes=1,
+                        block_bytes=1000)
+
+
+@pytest.mark.parametrize("other", [
+    {"stream": _layout()},
+    {"draw": EpochDraw(shard_sizes=SIZES, groups=np.array([0, 1]), weights=(1.0, 2.0))},
+    {"draw": EpochDraw(shard_sizes=SIZES, resample=True, epoch_size=20)},
+])
+def test_buckets_refuse_streaming_weights_and_resampling(other):
+    """Each one alone plans; with buckets it is refused (a bucket's batches come from the
+    whole dataset, which a streamed block or a drawn epoch does not hold)."""
+    kw = dict(batch_size=2, seed=0, epoch=0, shuffle=True)
+    assert len(make_epoch_plan(10, **kw, **other).order) > 0
+    assert sorted(set(make_epoch_plan(10, **kw, buckets=GROUPS).order.tolist())) == list(range(10))
+    with pytest.raises(ValueError, match="buckets do not combine with streaming, weights or resampling"):
+        make_epoch_plan(10, **kw, buckets=GROUPS, **other)
+
+
+@pytest.mark.parametrize("batch", [0, -3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_invalid_batch_size_in_the_bucketed_and_resampled_plans(batch, drop_last):
+    """The one-line ValueError, not a ZeroDivisionError from cutting buckets into batches."""
+    kw = dict(batch_size=batch, seed=0, epoch=0, shuffle=True, drop_last=drop_last)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        make_epoch_plan(10, **kw, buckets=GROUPS)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        make_epoch_plan(10, **kw, draw=EpochDraw(shard_sizes=SIZES, resample=True, epoch_size=20))
 
 
 def test_defaults_are_one_rank_taking_the_whole_epoch_from_its_start():

@@ -29,7 +29,7 @@ from ..engine.fields import FieldSpec
 from ..errors import DatasetError, SampleError
 from ..io import pick_member
 from ..plan import EpochPlan, make_epoch_plan
-from ..torch.env import detect
+from ..torch.env import check_pair, detect
 
 _EMPTY = np.zeros(0, np.uint8)
 
@@ -42,9 +42,7 @@ def shard_of(shard_id: int | None, num_shards: int | None) -> tuple[int, int]:
     Raises:
         ValueError: only one of the two given, or ``shard_id`` outside ``[0, num_shards)``.
     """
-    if (shard_id is None) != (num_shards is None):
-        raise ValueError(f"give both shard_id and num_shards, or neither (got shard_id={shard_id}, "
-                         f"num_shards={num_shards})")
+    check_pair(shard_id, num_shards, ("shard_id", "num_shards"))
     env = detect(shard_id, num_shards)
     return env.rank, env.world_size
 

@@ -63,7 +63,7 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
         shuffle, seed, drop_last, on_error, format, format_options, s3, classes,
             cache_dir, index: as :class:`turbofeed.DataLoader`'s.
         shard_id, num_shards: this pipeline's part of the data (DALI's names for rank and
-            world size); default: torch.distributed's rank and world size, or the
+            world size), both or neither; default: torch.distributed's rank and world size, or the
             launcher's variables, as the DataLoader finds them; one shard without any.
         return_keys: add the keys output.
         fields: general samples: one output per field instead of ``data, labels``.

@@ -19,6 +19,7 @@ import atexit
 import logging
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, CancelledError, Future, wait
@@ -161,9 +162,16 @@ class Executor:
     def closed(self) -> bool:
         return self._stop.is_set()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Cancel queued calls, let running ones finish, join; idempotent. Warns naming
-        any thread still alive after ``timeout`` seconds (daemon threads: never a hang)."""
+    def close(self, timeout: float = 10.0) -> list[str]:
+        """Cancel queued calls, let running ones finish, join; idempotent. ``timeout`` is
+        a deadline for all the threads together, not one per thread (16 stuck threads
+        must not make a 160 s close); 0 abandons the running calls without waiting (a
+        pass past its ``timeout=``). Warns naming any thread still alive after a
+        ``timeout`` > 0 (daemon threads: never a hang).
+
+        Returns:
+            The names of the threads still running (they exit when their call returns).
+        """
         with self._lock:
             self._stop.set()
         while True:  # nothing queued runs after close
@@ -178,11 +186,13 @@ class Executor:
             self._tasks.put(_WAKE)
         current = threading.current_thread()
         started = [t for t in self._threads if t.ident is not None and t is not current]
+        deadline = time.monotonic() + timeout
         for t in started:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in started if t.is_alive()]
-        if stuck:
+        if stuck and timeout > 0:
             log.warning("turbofeed: threads still running %.0f s after close: %s", timeout, stuck)
+        return stuck
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._threads)} started"
@@ -199,5 +209,6 @@ def result_or_closed(future: "Future[T]") -> T:
 
 @atexit.register
 def _close_all() -> None:
+    deadline = time.monotonic() + 2.0  # for all of them: exit waits 2 s at most
     for executor in list(_LIVE):
-        executor.close(timeout=2.0)
+        executor.close(timeout=max(0.0, deadline - time.monotonic()))

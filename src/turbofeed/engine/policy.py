@@ -25,7 +25,9 @@ class ErrorPolicy:
     ``replace``  (default) the slot gets the next good sample of this rank's order,
                  however long the bad run (wrapping around): same batch shape, same
                  step count, resume stays exact. Only a rank whose whole order is bad
-                 raises :class:`turbofeed.DatasetError`
+                 raises :class:`turbofeed.DatasetError`. With aspect-ratio buckets, a
+                 sample of the same bucket (of the order, else of the dataset); the
+                 batches of a bucket without any good sample are dropped
     ``skip``     the sample is dropped, its batch is one smaller (single process)
     ``raise``    the loader raises :class:`turbofeed.SampleError` naming shard,
                  key and reason
@@ -83,6 +85,7 @@ class PassPolicy:
         self._skip: dict[int, int] = {}
         self._bad_ids: set[int] = set()
         self._replaced: set[int] = set()  # positions whose slot got a replacement
+        self._bad_buckets: set[int] = set()  # aspect-ratio buckets without any good sample
         self._lock = threading.Lock()
 
     def record(self, error: SampleError, index: int | None = None, gid: int | None = None) -> bool:
@@ -102,6 +105,17 @@ class PassPolicy:
             self._replaced.add(position)
         if first:
             self.stats.count("replaced")
+
+    def mark_bucket_bad(self, bucket: int) -> bool:
+        """Every sample of aspect-ratio ``bucket`` failed in this pass; True the first time."""
+        with self._lock:
+            first = bucket not in self._bad_buckets
+            self._bad_buckets.add(bucket)
+        return first
+
+    def bucket_is_bad(self, bucket: int) -> bool:
+        with self._lock:
+            return bucket in self._bad_buckets
 
     def is_bad(self, index: int, gid: int) -> bool:
         """Whether the sample at ``index`` (id ``gid``) already failed in this pass."""

@@ -8,7 +8,7 @@ from .counters import Counters
 from .timeline import CONSUMER_STAGE, Timeline
 
 STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")
-COUNTS = ("samples", "batches", "errors", "replaced", "skipped", "bytes_read")
+COUNTS = ("samples", "batches", "errors", "replaced", "skipped", "dropped_batches", "bytes_read")
 
 
 class Stats:
@@ -22,7 +22,10 @@ class Stats:
             fallbacks from ``gpu_decode`` to the CPU (no decoder; each image it refused).
         replaced: slots that got the next good sample instead of a bad one
             (``on_error="replace"``); a bad sample in two epochs fills two slots.
-        skipped: bad samples dropped from their batch (``on_error="skip"``).
+        skipped: bad samples dropped from their batch (``on_error="skip"``, or with
+            ``buckets=`` a sample of a bucket without any good sample).
+        dropped_batches: batches left out of the epoch: with ``buckets=``, those of a
+            bucket whose every sample is bad (no good sample of its shape to replace them).
         skipped_at_index: entries left out while indexing (a TFRecord record that is not an
             Example, an array row without an image); a tar sample without an image or with a
             bad label is a bad sample instead (counted in ``errors`` when met).
@@ -60,6 +63,10 @@ class Stats:
     @property
     def skipped(self) -> int:
         return self._counts.get("skipped")
+
+    @property
+    def dropped_batches(self) -> int:
+        return self._counts.get("dropped_batches")
 
     @property
     def bytes_read(self) -> int:
@@ -109,7 +116,7 @@ class Stats:
             seconds = {k: round(v, 6) for k, v in self.seconds.items()}
         return {
             "samples": counts["samples"], "batches": counts["batches"], "errors": counts["errors"],
-            "replaced": counts["replaced"], "skipped": counts["skipped"],
+            "replaced": counts["replaced"], "skipped": counts["skipped"], "dropped_batches": counts["dropped_batches"],
             "skipped_at_index": self.skipped_at_index, "bytes_read": counts["bytes_read"],
             "damaged_shards": list(self.damaged_shards), "seconds": seconds,
         }
@@ -118,7 +125,7 @@ class Stats:
         counts = self._counts.as_dict(errors="errors")
         return (f"Stats(samples={counts['samples']}, batches={counts['batches']}, errors={counts['errors']}, "
                 f"replaced={counts['replaced']}, skipped={counts['skipped']}, "
-                f"skipped_at_index={self.skipped_at_index}, bytes_read={counts['bytes_read']}, "
+                f"dropped_batches={counts['dropped_batches']}, skipped_at_index={self.skipped_at_index}, bytes_read={counts['bytes_read']}, "
                 f"damaged_shards={self.damaged_shards})")
 
     def profile(self) -> str:

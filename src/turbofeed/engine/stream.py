@@ -7,6 +7,7 @@ The order of samples inside a batch is fixed by the plan, never by thread timing
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -22,7 +23,10 @@ from .executor import Executor
 from .policy import ErrorPolicy, PassPolicy
 from .stages import ChunkStage, SampleStage
 
+log = logging.getLogger("turbofeed")
+
 _POLL_S = 0.1
+_CLOSE_S = 10.0  # a close waits this long in all for threads finishing their sample
 
 
 class Job:
@@ -74,6 +78,7 @@ class _Runner:
         self.fill_chunk = fill_chunk
         self.policy = policy
         self.stop = threading.Event()
+        self.abandon = False  # the pass timed out: close without waiting for the threads
 
     def run(self, job: Job, j: int) -> None:
         try:
@@ -122,14 +127,18 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
     (wrapping around), however long the bad run: order ``a b1 b2 c`` fills ``a c c c``.
     Samples already found bad in this pass (``policy``, a :class:`PassPolicy` shared by
     the pass's workers) are not tried again, so each is decoded, counted and logged once.
+    With aspect-ratio buckets (``plan.groups``) the replacement is of the sample's own
+    bucket (the batch's shape): the next of the order, else the bucket's next sample by
+    id, wrapping around (one another rank or a later epoch holds); a bucket with no good
+    sample at all leaves the slot empty (skipped: its batch, all of that bucket, is dropped).
 
     Returns the sample id that filled the slot (a replacement's under ``"replace"``),
-    or None when the sample was skipped (``"skip"``).
+    or None when the sample was skipped (``"skip"``, or a bucket without a good sample).
 
     Raises:
         SampleError: under ``"raise"``.
         DatasetError: under ``"replace"``, no sample of the whole order is good (at most
-            one pass over it).
+            one pass over it); with buckets, the stream raises it once the pass found none.
     """
     if isinstance(policy, ErrorPolicy):
         policy = policy.for_pass()  # a caller without a pass: nothing known bad yet
@@ -149,22 +158,19 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
     if policy.mode == "skip":
         policy.stats.count("skipped")
         return None
-    tries = plan.replacement_positions(position)  # every other position once, wrapping around
-    end = tries.stop
-    u = policy.next_unknown(order, tries.start, end)
     groups = plan.groups  # aspect-ratio buckets: a replacement of the batch's own bucket (its shape)
-    bucket = None if groups is None else groups[int(order[position])]
+    if groups is not None:
+        return _bucket_replacement(plan, position, groups, fill, policy)
+    tries = plan.replacement_positions(position)  # every other position once, wrapping around
+    u = policy.next_unknown(order, tries.start, tries.stop)
     while u is not None:
         gid = int(order[u % n])
-        if groups is not None and groups[gid] != bucket:
-            u = policy.next_unknown(order, u + 1, end)
-            continue
         try:
             fill(gid)
         except SampleError as err:
             policy.record(err, u % n, gid)
             first = first or err
-            u = policy.next_unknown(order, u + 1, end)
+            u = policy.next_unknown(order, u + 1, tries.stop)
             continue
         policy.count_replaced(position)
         return gid
@@ -173,13 +179,59 @@ def fill_position(plan: EpochPlan, position: int, fill: Callable[[int], None],
                        "the dataset looks unreadable") from first
 
 
+def _bucket_replacement(plan: EpochPlan, position: int, groups: np.ndarray, fill: Callable[[int], None],
+                        policy: PassPolicy) -> int | None:
+    """:func:`fill_position`'s replacement from the bucket of ``order[position]``: the
+    next of this rank's order, else the bucket's ids after it in id order, wrapping
+    (the samples other ranks and later epochs hold); None when none is good."""
+    order = plan.order
+    n = len(order)
+    own = int(order[position])
+    bucket = int(groups[own])
+    if policy.bucket_is_bad(bucket):
+        policy.stats.count("skipped")
+        return None
+    tries = plan.replacement_positions(position)
+    u = policy.next_unknown(order, tries.start, tries.stop)
+    while u is not None:
+        gid = int(order[u % n])
+        if groups[gid] == bucket:
+            try:
+                fill(gid)
+                policy.count_replaced(position)
+                return gid
+            except SampleError as err:
+                policy.record(err, u % n, gid)
+        u = policy.next_unknown(order, u + 1, tries.stop)
+    ids = np.flatnonzero(np.asarray(groups) == bucket)
+    cut = int(np.searchsorted(ids, own, side="right"))
+    for gid in np.concatenate([ids[cut:], ids[:cut]]).tolist():
+        if policy.is_bad(-1, gid):
+            continue
+        try:
+            fill(gid)
+            policy.count_replaced(position)
+            return gid
+        except SampleError as err:
+            policy.record(err, None, gid)
+    if policy.mark_bucket_bad(bucket):
+        log.warning("turbofeed: aspect-ratio bucket %d has no good sample (%d tried): its batches are dropped",
+                    bucket, len(ids))
+    policy.stats.count("skipped")
+    return None
+
+
 def _shutdown(runner: _Runner, pool: Executor) -> None:
     runner.stop.set()
-    pool.close()
+    # A timed-out pass leaves its threads: each finishes its call alone and exits, and
+    # writes only into the slots of batches dropped with the pass, never handed out again.
+    pool.close(timeout=0 if runner.abandon else _CLOSE_S)
 
 
 class BatchStream:
-    """Iterator of finished :class:`Job` objects for batches ``start .. len(plan)-1``.
+    """Iterator of finished :class:`Job` objects for batches ``start .. len(plan)-1``
+    (under ``"replace"``, but for those of an aspect-ratio bucket without a good sample:
+    dropped, counted in ``stats.dropped_batches``).
 
     Args:
         plan: this rank's epoch.
@@ -221,6 +273,9 @@ class BatchStream:
         self._closed = False
         self.finished = False  # True once every batch was delivered (not merely closed)
         self._chunked = stage.info.chunked
+        # "replace" leaves a position empty only for a bucket without a good sample
+        self._drop_empty = policy.mode == "replace" and plan.groups is not None
+        self._delivered_any = False
         if self._next < self._end:
             runner = self._runner = _Runner(plan, stage.fill, policy,
                                             cast(ChunkStage, stage).fill_chunk if self._chunked else None)
@@ -234,7 +289,20 @@ class BatchStream:
 
     def __next__(self) -> Job:
         try:
-            return self._next_job()
+            job = self._next_job()
+            while self._drop_empty and not job.ok.any():
+                # a batch of an aspect-ratio bucket without any good sample: no batch of
+                # its shape can be made, so it is dropped (as on every rank: the batch is
+                # of one bucket on all of them); the other batches go on
+                self._stats.count("dropped_batches")
+                job = self._next_job()
+            self._delivered_any = True
+            return job
+        except StopIteration:
+            if self.finished and self._drop_empty and not self._delivered_any:
+                raise DatasetError(f"no good sample in this rank's {len(self._plan.order)} samples of the "
+                                   "epoch: every batch was dropped; the dataset looks unreadable") from None
+            raise
         except BaseException:
             self.close()
             raise
@@ -266,7 +334,11 @@ class BatchStream:
         return job
 
     def _timed_out(self, job: Job) -> TimeoutError:
+        """The error of a batch past ``timeout``; the pass's threads are abandoned, not
+        joined (the error comes at the deadline however many of them are stuck)."""
         where = "in the calling thread" if self._pool is None else "on the threads"
+        if self._runner is not None:
+            self._runner.abandon = True
         return TimeoutError(f"turbofeed: batch {job.index} of the pass took longer than timeout={self._timeout} s "
                             f"({len(job)} samples, {where}); the pass is stopped: look for slow storage or a "
                             "slow transform, or raise timeout=")

@@ -131,8 +131,9 @@ class Pipeline:
             are float when it ends with ``Normalize``/``ToDtype``).
         on_error: ``"replace"``, ``"skip"`` or ``"raise"`` for bad samples (bad data
             only: storage faults raise :class:`turbofeed.StorageError` in every mode).
-        rank, world_size: this process's share of the data (strided split), whatever the
-            environment says.
+        rank, world_size: this process's share of the data (strided split), both or
+            neither (one alone is a ``ValueError``); used as given, with one WARNING when a
+            process group or launcher says otherwise.
         enable_distributed: without ``rank``/``world_size``: ``None`` (default) splits where
             ``torch.distributed`` is initialised or a launcher says there are several ranks
             (one WARNING naming them), ``True`` likewise, ``False`` reads every sample on

@@ -173,11 +173,11 @@ def make_epoch_plan(
     if buckets is not None:
         if stream is not None or draw is not None:
             raise ValueError("aspect-ratio buckets do not combine with streaming, weights or resampling")
+        count_batches(0, batch_size, drop_last)  # validates batch_size before it cuts the buckets
         order = bucket_order(buckets, batch_size=batch_size, world_size=world_size, seed=seed, epoch=epoch,
                              shuffle=shuffle, drop_last=drop_last)
         order = rank_order(len(order), seed=seed, epoch=epoch, shuffle=False, rank=rank, world_size=world_size,
                            drop_last=drop_last, start=start, population=order)
-        count_batches(len(order), batch_size, drop_last)  # validates batch_size
         return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last, groups=buckets)
     if draw is not None and draw.resample:
         lazy: ResampledRankOrder

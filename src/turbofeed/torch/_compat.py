@@ -97,7 +97,8 @@ class EpochBatchSampler:
     """``loader.batch_sampler``: one :class:`BatchRef` per batch of the epoch the next
     ``iter(loader)`` runs, for torch code that rebuilds the loader (see the module doc).
 
-    ``len()`` is ``len(loader)``; ``batch_size``, ``drop_last`` and ``sampler`` are the
+    ``len()`` is the epoch's batch count (``len(loader)`` but for a resume waiting for
+    its ``iter()``: the refs are the epoch's batch indexes); ``batch_size``, ``drop_last`` and ``sampler`` are the
     loader's; ``set_epoch`` is ``loader.set_epoch``. Each ``loader.batch_sampler`` is a new
     one; it holds the loader and, while torch fetches from it, one pass of the loader.
     """
@@ -114,10 +115,10 @@ class EpochBatchSampler:
         return self.loader.sampler
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return self.loader._epoch_batches()
 
     def __iter__(self) -> Iterator[BatchRef]:
-        return (BatchRef(self, i) for i in range(len(self.loader)))
+        return (BatchRef(self, i) for i in range(self.loader._epoch_batches()))
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -155,7 +156,7 @@ class TorchDropIn:
     (which has ``batch_size``, ``drop_last``, ``shuffle`` and ``dataset`` itself).
 
     The host provides ``device``, ``_pinned`` (host slots are page-locked),
-    ``_per_rank()``, ``_upcoming_epoch()`` and ``_resume_at(batches)``.
+    ``_per_rank()``, ``_epoch_batches()``, ``_upcoming_epoch()`` and ``_resume_at(batches)``.
     """
 
     device: torch.device | None  # the host's (declared for type checkers)

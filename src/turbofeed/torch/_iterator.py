@@ -119,11 +119,16 @@ class _LoaderIterator:
             raise StopIteration
         try:
             job, batch = next(self.engine)
+        except StopIteration:
+            if self.engine.finished:  # the last batches were dropped (a bucket without a good sample)
+                self._finish()
+            self.done = True
+            raise
         except BaseException:  # StopIteration after close(), or an error from the stages
             self.done = True
             raise
-        if self.loader.return_keys and not isinstance(batch, dict):  # dict batches hold __key__
-            batch = (*batch, self._keys(job))
+        if self.loader.return_keys:
+            batch = self._with_keys(batch, job)
         self.delivered = job.index + 1
         self.loader._advance(self)
         if self.delivered == self.batches:
@@ -139,6 +144,18 @@ class _LoaderIterator:
             self.done = True
             self.engine.close()  # the threads have nothing left to do
             self.loader._finish_epoch(self)
+
+    def _with_keys(self, batch: Any, job: Job) -> Any:
+        """``return_keys``: ``(images, labels, keys)``; a user collate's batch as
+        ``(batch, keys)``, whatever it is (unpacking a stacked tensor into the tuple would
+        bind its rows); a dict batch gets ``"__key__"`` (``fields=`` batches hold it)."""
+        if isinstance(batch, dict):
+            if "__key__" not in batch:
+                batch["__key__"] = self._keys(job)
+            return batch
+        if self.loader.torch_args.collate_pairs is not None or self.loader.collate is not None:
+            return batch, self._keys(job)
+        return (*batch, self._keys(job))
 
     def _keys(self, job: Job) -> list[str]:
         dataset = self.loader.dataset

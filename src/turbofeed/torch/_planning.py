@@ -42,6 +42,8 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
     _ahead: int
     _fingerprint: str
     buckets: LoaderBuckets | None
+    _start: int  # EpochBook's: where a resumed epoch continues, while _resume
+    _resume: bool
 
     if TYPE_CHECKING:
         def _live_passes(self) -> Any: ...  # EpochBook's
@@ -102,15 +104,25 @@ class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
                                            ranks_per_node=env.local_world_size, ahead=self._ahead)
         if self.buckets is not None:  # the bucketed cut into global batches depends on the world size
             self._fingerprint = self._plan_fingerprint()
-        if len(self) == 0:
+        if self._epoch_batches() == 0:
             raise ValueError(f"batch_size={self.batch_size} with drop_last=True leaves no batch: rank "
                              f"{self.rank} of {self.world_size} has {self._per_rank()} samples")
 
-    def _per_rank(self) -> int:
+    def _per_rank(self, start: int = 0) -> int:
+        """Samples of this rank after ``start`` of the epoch's global order (all of them
+        by default); ``rank_order``'s and the streamed and resampled orders' count alike."""
         self._sync_ranks()
-        n, w = self._epoch_samples(), self.world_size
+        total = self._epoch_samples()
+        n, w = total - min(start, total), self.world_size
         return n // w if self.drop_last else -(-n // w)
 
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (the same on every rank)."""
+    def _epoch_batches(self) -> int:
+        """Batches of a whole epoch on this rank (the same on every rank)."""
         return count_batches(self._per_rank(), self.batch_size, self.drop_last)
+
+    def __len__(self) -> int:
+        """Batches the next ``iter(loader)`` yields on this rank (the same on every rank):
+        a whole epoch's, or after :meth:`load_state_dict` (until that pass starts), the
+        rest of the resumed epoch, as tqdm and Lightning count the steps."""
+        start = self._start if self._resume else 0
+        return count_batches(self._per_rank(start), self.batch_size, self.drop_last)

@@ -14,7 +14,9 @@ torch argument             in turbofeed
 ``shuffle``, ``drop_last`` as torch (``None`` is ``False``)
 ``num_workers``            threads; ``0`` decodes in the consumer's thread, as torch
 ``collate_fn``             ``fn(list of (image, label))`` per batch, as torch (with
-                           ``fields=``: ``collate``, a list of sample dicts)
+                           ``fields=``: ``collate``, a list of sample dicts); with
+                           ``return_keys``: ``(collate_fn(...), keys)``, or a dict
+                           batch with ``"__key__"``
 ``pin_memory``             as torch (default: when delivering to CUDA)
 ``timeout``                seconds one batch may take; longer raises ``TimeoutError``
 ``generator``              seeds the order: ``seed=generator.initial_seed()``

@@ -43,19 +43,62 @@ def detect(rank: int | None = None, world_size: int | None = None,
     """Rank, world size and local rank from, in order: explicit arguments, an initialised
     ``torch.distributed``, torchrun/Kubeflow, SLURM, Horovod, Open MPI, PMI variables.
 
+    ``rank`` and ``world_size`` are a pair: given, they are used as given, with one
+    WARNING when a process group or launcher says otherwise (an evaluation loader
+    reading everything under torchrun: ``rank=0, world_size=1``).
+
     Raises:
-        ValueError: the values found are inconsistent (rank outside the world size).
+        ValueError: only one of ``rank`` and ``world_size`` given (naming the other), or
+            the values found are inconsistent (rank outside the world size).
     """
+    check_pair(rank, world_size)
     if rank is not None and world_size is not None:
         env = DistEnv(rank, world_size, 0 if local_rank is None else local_rank, "arguments")
+        _check(env)
+        _warn_if_launcher_differs(env)
     else:
         env = _from_torch() or _from_environ() or DistEnv(0, 1, 0, "single")
         if local_rank is not None:
             env = DistEnv(env.rank, env.world_size, local_rank, env.source)
+        _check(env)
+    return DistEnv(env.rank, env.world_size, env.local_rank, env.source, _local_world_size(env.world_size))
+
+
+def check_pair(rank: int | None, world_size: int | None, names: tuple[str, str] = ("rank", "world_size")) -> None:
+    """Refuse one of the pair without the other: alone, it would be silently dropped
+    (``rank=1`` reading as rank 0 of 1) or mixed with a launcher's other half.
+
+    Raises:
+        ValueError: one given without the other, naming the one missing.
+    """
+    if (rank is None) != (world_size is None):
+        given, missing = (names[0], names[1]) if world_size is None else (names[1], names[0])
+        value = rank if world_size is None else world_size
+        raise ValueError(f"{given}={value!r} given without {missing}: give both {names[0]} and {names[1]}, "
+                         "or neither (then they come from torch.distributed or the launcher)")
+
+
+def _check(env: DistEnv) -> None:
     if env.world_size < 1 or not 0 <= env.rank < env.world_size:
         raise ValueError(f"rank {env.rank} is not in [0, world_size={env.world_size}) "
                          f"(from {env.source})")
-    return DistEnv(env.rank, env.world_size, env.local_rank, env.source, _local_world_size(env.world_size))
+
+
+def _warn_if_launcher_differs(given: DistEnv) -> None:
+    """One WARNING per (given, found) pair when a process group or launcher says another
+    rank or world size: the given values are used, but the ranks may read overlapping
+    or incomplete shares, which a typo would make silently."""
+    found = _from_torch() or _from_environ()
+    if found is None or (found.rank, found.world_size) == (given.rank, given.world_size):
+        return
+    with _announced_lock:
+        key = ("differs", given.rank, given.world_size, f"{found.source}:{found.rank}/{found.world_size}")
+        if key in _announced:
+            return
+        _announced.add(key)
+    log.warning("turbofeed: rank=%d, world_size=%d given, but %s says rank %d of %d: using the values given "
+                "(this process reads 1/%d of the data as rank %d)", given.rank, given.world_size, found.source,
+                found.rank, found.world_size, given.world_size, given.rank)
 
 
 def _local_world_size(world_size: int) -> int:
@@ -117,15 +160,18 @@ class RankChoice:
     ``True``              split as the launcher or process group says (world 1: all)
     ``False``             the whole dataset on every rank (one WARNING when a
                           launcher says world size > 1)
-    ``rank``/``world_size`` given  that share, whatever the environment says
+    ``rank``/``world_size`` given  that share, whatever the environment says (one
+                          WARNING when it says otherwise); one without the
+                          other is a ``ValueError``
     ====================  ========================================================
     """
 
     def __init__(self, enable_distributed: bool | None, rank: int | None, world_size: int | None) -> None:
         if enable_distributed not in (None, True, False):
             raise ValueError(f"enable_distributed must be None (auto), True or False, got {enable_distributed!r}")
+        check_pair(rank, world_size)
         self.mode = enable_distributed
-        self.fixed = rank is not None or world_size is not None
+        self.fixed = rank is not None
         self.rank, self.world_size = rank, world_size
 
     def resolve(self) -> DistEnv:
@@ -142,7 +188,7 @@ class RankChoice:
                 log.warning("turbofeed: enable_distributed=False: %s says there are %d ranks, and every one "
                             "of them reads the whole dataset; leave enable_distributed unset to split it",
                             found.source, found.world_size)
-            return detect(0, 1)
+            return DistEnv(0, 1, 0, "arguments", 1)  # warned above: no "given values differ" warning
         if found.world_size > 1 and self.mode is None and _once("split", found):
             log.warning("turbofeed: splitting the data across %d ranks: this is rank %d (from %s); "
                         "enable_distributed=False reads all of it on every rank",

@@ -77,7 +77,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             planned, so a loader built before ``init_process_group`` (Lightning,
             Accelerate) splits too. ``True``: split likewise. ``False``: every rank reads
             the whole dataset (one WARNING under a launcher of several ranks).
-        rank, world_size: explicit distributed position (wins over the environment).
+        rank, world_size: explicit distributed position, both or neither (one alone is a
+            ``ValueError``); used as given, with one WARNING when a process group or
+            launcher says otherwise (``rank=0, world_size=1`` reads everything).
         device: None or ``"cpu"`` for CPU tensors; ``"cuda"``/``"cuda:N"`` to deliver on
             the GPU (uint8 copied asynchronously, normalised there).
         pin_memory: page-locked host batches; default: when delivering to CUDA.
@@ -124,6 +126,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
+            With ``collate_fn`` (or ``collate``): ``(batch, keys)``, ``batch`` being what
+            it returned, whatever its type; a dict batch instead gets ``"__key__"`` (when
+            it has none: ``fields=`` batches hold the sample keys already).
         classes: class names in id order, for labels given by name (``.txt``, JSON
             strings, ImageFolder folders): the name ``classes[i]`` gets id ``i`` in every
             loader, whichever names its data holds (train and val agree). Without it, ids
@@ -296,7 +301,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         self._fingerprint = self._plan_fingerprint()
         self._active: weakref.ref | None = None  # the newest pass
         self._passes: weakref.WeakSet = weakref.WeakSet()  # every pass not garbage-collected
-        if len(self) == 0:
+        if self._epoch_batches() == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
                              f"has {self._per_rank()} samples")
         size = self.transform.size if self.transform is not None else None
@@ -363,7 +368,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         if self._resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
                         "epoch continues at sample %d of the re-indexed data", self._start)
-        if len(self) == 0:
+        if self._epoch_batches() == 0:
             raise ValueError(f"after re-indexing, batch_size={self.batch_size} with drop_last=True "
                              f"leaves no batch: this rank has {self._per_rank()} samples")
 
