@@ -4,6 +4,7 @@ samples through the same policy, storage faults raised, one native call per chun
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -309,3 +310,53 @@ def test_gpu_feed_per_chunk_keeps_bad_samples_from_the_decoder(tmp_path):
         raw = f.read()
     damaged = ones_in_scan(encode(photo(63, 80, seed=3), quality=90))
     assert damaged in raw and damaged not in decoder.seen  # checked on the CPU first, never sent
+
+
+def test_gpu_batches_are_decoded_one_ahead_on_their_own_thread(shards):
+    """The batched decode runs on the stage's ahead thread, not the consumer's: batch k + 1
+    is decoded while the consumer still holds batch k (its training step overlaps it)."""
+    import threading
+
+    from turbofeed.testing import CpuStandInDecoder
+
+    calls: list[tuple[str, int]] = []
+
+    class Recording(CpuStandInDecoder):
+        def decode(self, datas):
+            calls.append((threading.current_thread().name, len(datas)))
+            return super().decode(datas)
+
+    loader = turbofeed.DataLoader(shards, batch_size=20, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=Recording())
+    it = iter(loader)
+    assert it.engine.ahead is not None and it.engine.decode.info.ahead
+    first = next(it)
+    deadline = time.monotonic() + 30
+    while len(calls) < 2 and time.monotonic() < deadline:  # batch 2 decodes without being asked
+        time.sleep(0.01)
+    assert len(calls) >= 2 and first[0].shape[0] == 20
+    rest = list(it)
+    assert len(rest) == 5 and all(name.startswith("turbofeed-decode.gpu-ahead") for name, _ in calls)
+    assert sum(n for _, n in calls) == 120
+
+
+def test_an_error_in_the_ahead_batch_reaches_the_consumer_in_order(shards):
+    from turbofeed.testing import CpuStandInDecoder
+
+    class Failing(CpuStandInDecoder):
+        count = 0
+
+        def decode(self, datas):
+            self.count += 1
+            if self.count == 3:
+                raise RuntimeError("the device fell over")
+            return super().decode(datas)
+
+    loader = turbofeed.DataLoader(shards, batch_size=20, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=Failing())
+    it = iter(loader)
+    got = [next(it), next(it)]
+    with pytest.raises(RuntimeError, match="fell over"):
+        next(it)
+    assert len(got) == 2
+    assert sum(len(labels) for _, labels in loader) == 120  # the next pass runs afresh

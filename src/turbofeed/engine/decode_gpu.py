@@ -10,7 +10,7 @@ usual bad-sample policy, so batch shapes and step counts stay as on the CPU path
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -80,6 +80,8 @@ class GpuDecode:
         self.channels_last = channels_last
         self.device = torch.device(decoder.device)
         self.stream = side_stream(self.device) if self.device.type == "cuda" else None
+        if stacked:  # one batch ahead on a thread of its own: the decode overlaps the consumer's step
+            self.info = replace(self.info, ahead=True)
 
     # -- worker side -------------------------------------------------------------------
     def acquire(self) -> list[Any]:
@@ -116,9 +118,19 @@ class GpuDecode:
         stream the consumer's stream then waits for; else its :meth:`samples`."""
         if not self.stacked:
             return self.samples(job)
+        return self.complete(job, self.prepare(job))
+
+    def prepare(self, job: Job) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """A stacked batch decoded and resized on the side stream (any thread: the engine
+        runs it one batch ahead of the consumer): ``(done event, images, labels)``."""
         started = time.perf_counter()
         with self.on_side_stream() as done:
             images, labels = self.batch(job, job.slot, range(len(job)), started)
+        return done, images, labels
+
+    def complete(self, job: Job, prepared: tuple[Any, torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """In the consumer's thread: its stream waits for :meth:`prepare`'s work."""
+        done, images, labels = prepared
         self.hand_over(done, images, labels)
         return images, labels
 
@@ -198,8 +210,7 @@ class ChunkedGpuDecode(GpuDecode):
     def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose, plan: EpochPlan,
                  policy: PassPolicy, *, batch_size: int, chunk: int, channels_last: bool = False) -> None:
         super().__init__(decoder, work, transform, plan, policy, batch_size=batch_size, channels_last=channels_last)
-        self.info = StageInfo(GpuDecode.info.name, GpuDecode.info.where, GpuDecode.info.counts, per_task=chunk,
-                              chunked=True)
+        self.info = replace(self.info, per_task=chunk, chunked=True)
         self.reader = ChunkReader(work, plan, policy)
 
     def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:

@@ -4,6 +4,9 @@
 executor's threads (:class:`~turbofeed.engine.stream.BatchStream`: at most ``prefetch``
 batches in flight), then, in the consumer's thread, the decode stage's ``finish`` and
 each later batch stage (``deliver`` for the DataLoader, ``samples`` for the Pipeline).
+A stage whose per-batch half can run ahead (``StageInfo.ahead``: the GPU stage's
+batched decode) runs it one batch ahead on a thread of its own (:mod:`.ahead`), the
+consumer's thread only completing it.
 The front-ends only choose the stages; every path runs here.
 """
 
@@ -12,11 +15,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..plan import EpochPlan
 from .policy import PassPolicy
-from .stages import DecodeStage, StageInfo
+from .ahead import Ahead
+from .stages import AheadStage, DecodeStage, StageInfo
 from .stream import BatchStream, Job
 
 
@@ -66,6 +70,11 @@ class Engine:
             weakref.finalize(self, fetch.close)
         self.stream = BatchStream(plan, decode, policy, start=start, num_workers=num_workers, prefetch=prefetch,
                                   timeout=timeout)
+        # a per-batch half that can run ahead does, on its own thread (engine/ahead.py); not
+        # with streaming's fetch stage, which is told in this thread when reads are done
+        self.ahead: Ahead | None = None
+        if decode.info.ahead and num_workers and fetch is None:
+            self.ahead = Ahead(self.stream, cast(AheadStage, decode).prepare, decode.info.name)
 
     @property
     def stages(self) -> list[StageInfo]:
@@ -77,6 +86,8 @@ class Engine:
         return self
 
     def __next__(self) -> tuple[Job, Any]:
+        if self.ahead is not None:
+            return self._next_ahead(self.ahead)
         try:
             job = next(self.stream)
         except StopIteration:
@@ -94,6 +105,19 @@ class Engine:
             raise
         return job, value
 
+    def _next_ahead(self, ahead: Ahead) -> tuple[Job, Any]:
+        try:
+            job, prepared = next(ahead)
+            value = cast(AheadStage, self.decode).complete(job, prepared)
+            for stage in self.then:
+                value = stage.run(job, value)
+        except StopIteration:
+            raise
+        except BaseException:  # as an error from the threads: the pass ends here
+            self.close()
+            raise
+        return job, value
+
     @property
     def finished(self) -> bool:
         """Every batch was delivered (not merely closed)."""
@@ -101,6 +125,8 @@ class Engine:
 
     def close(self) -> None:
         """Stop the threads, drop batches in flight, give back held slots; idempotent."""
+        if self.ahead is not None:
+            self.ahead.close()
         self.stream.close()
         self.decode.close()
         if self.fetch is not None:

@@ -57,6 +57,10 @@ class StageInfo:
     #: call (Python once per chunk: :mod:`turbofeed.engine.chunks`), returning the
     #: positions it left for the per-sample ``fill``.
     chunked: bool = False
+    #: The per-batch half runs one batch ahead of the consumer on a thread of its own
+    #: (``prepare(job)`` there, ``complete(job, prepared)`` in the consumer's thread), so
+    #: a GPU decode overlaps the consumer's training step (:class:`AheadStage`).
+    ahead: bool = False
 
 
 class SampleStage(Protocol):
@@ -78,6 +82,18 @@ class ChunkStage(SampleStage, Protocol):
 
     def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
         """Fill positions ``start .. stop - 1`` of ``job``; the positions left for :meth:`fill`."""
+        ...
+
+
+class AheadStage(Protocol):
+    """A decode stage whose per-batch half splits in two (``info.ahead``)."""
+
+    def prepare(self, job: Job) -> Any:
+        """The batch's work that may run off the consumer's thread (device work queued)."""
+        ...
+
+    def complete(self, job: Job, prepared: Any) -> Any:
+        """In the consumer's thread: the batch out of what :meth:`prepare` made."""
         ...
 
 
