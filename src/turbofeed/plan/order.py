@@ -173,7 +173,7 @@ def make_epoch_plan(
     if buckets is not None:
         if stream is not None or draw is not None:
             raise ValueError("aspect-ratio buckets do not combine with streaming, weights or resampling")
-        count_batches(0, batch_size, drop_last)  # validates batch_size before it cuts the buckets
+        count_batches(len(buckets), batch_size, drop_last)  # validates batch_size before it cuts the buckets
         order = bucket_order(buckets, batch_size=batch_size, world_size=world_size, seed=seed, epoch=epoch,
                              shuffle=shuffle, drop_last=drop_last)
         order = rank_order(len(order), seed=seed, epoch=epoch, shuffle=False, rank=rank, world_size=world_size,
