@@ -80,3 +80,21 @@ def test_bad_programs_and_sizes_are_refused():
         native.windows(bad, 0, one, np.ones(1), np.ones(1))
     with pytest.raises(ValueError, match="sizes must be >= 1"):
         native.windows(compose.program, 0, one, np.zeros(1), np.ones(1))
+
+
+def test_every_random_resized_crop_reads_its_own_tables():
+    """Two RandomResizedCrops of different scales and ratios: the second op's tables
+    start where the first's end (the program's offsets), and it draws its own numbers."""
+    compose = T.Compose([T.RandomResizedCrop(64, scale=(0.3, 0.9), ratio=(0.5, 2.0)),
+                         T.RandomResizedCrop((20, 30), scale=(0.05, 0.2), ratio=(1.5, 3.0)),
+                         T.RandomResizedCrop(9, scale=(0.6, 1.0), ratio=(0.25, 0.5))])
+    prog = compose.program
+    rng = np.random.default_rng(2)
+    n = 5000
+    h, w = sizes(rng, n)
+    gids = rng.integers(-2**63, 2**63 - 1, n)
+    boxes, heights, widths, flips = native.windows(prog, epoch_key(4, 1), gids, h, w)
+    array = compose.windows(h, w, 4, 1, gids)
+    np.testing.assert_array_equal(boxes, array.boxes)
+    np.testing.assert_array_equal(heights, array.height)
+    np.testing.assert_array_equal(widths, array.width)

@@ -3,6 +3,7 @@ samples through the same policy, storage faults raised, one native call per chun
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -89,6 +90,7 @@ def test_chunk_size_follows_threads_within_bounds():
     assert chunk_size(256, 4) == 64 and chunk_size(256, 6) == 43 and chunk_size(256, 2) == 64
     assert chunk_size(256, 8) == chunk_size(256, 64) == 32  # never below the floor
     assert chunk_size(8, 1) == 8  # never more than a batch
+    assert chunk_size(1, 1) == chunk_size(1, 8) == 1  # a batch of one: chunks of one
     assert chunk_size(256, 0) == 64
 
 
@@ -126,6 +128,29 @@ def test_bad_samples_take_the_per_sample_policy(tmp_path, monkeypatch, on_error)
     assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == 3
     delivered = {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
     assert not delivered & {"05", "09", "13"} and {"17", "21"} <= delivered
+
+
+@pytest.mark.parametrize("on_error", ["replace", "skip"])
+def test_samples_the_dataset_knows_are_bad_go_to_the_per_sample_path(tmp_path, monkeypatch, on_error):
+    """Samples the dataset knows are bad (no image member; a good JPEG whose label does not
+    parse) are not read by their chunk: the per-sample path names their error."""
+    members = []
+    for i in range(24):
+        if i not in (6, 19):  # two keys with a label and no image
+            members.append((f"{i:02d}.jpg", encode(photo(50 + i, 60, seed=i), quality=90)))
+        members.append((f"{i:02d}.cls", b"not a number" if i == 10 else str(i).encode()))
+    path = write_tar(str(tmp_path / "holes.tar"), members)
+    kw = dict(batch_size=12, num_workers=2, shuffle=True, seed=2, transform=T.imagenet_train(32),
+              on_error=on_error, return_keys=True)
+    loader = turbofeed.DataLoader(path, **kw)
+    assert isinstance(stage_of(loader), ChunkedCpuDecode)
+    got, stats = epoch(loader), loader.stats.as_dict()
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(path, **kw)
+    same_batches(got, epoch(reference))
+    assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == 3
+    delivered = {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
+    assert not delivered & {"06", "10", "19"} and len(delivered) == 21
 
 
 def test_raise_names_the_shard_and_key(tmp_path):
@@ -179,6 +204,29 @@ def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
     monkeypatch.setattr(native, "run_chunk", failing)
     with pytest.raises(StorageError, match="Input/output error"):
         list(loader)
+
+
+def test_the_first_failed_read_of_a_chunk_is_the_one_named(shards, monkeypatch):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
+    read = native.run_chunk
+
+    def failing(*a, **k):
+        codes, reading = read(*a, **k)
+        codes = codes.copy()
+        codes[1] = (native.READ_ERRNO, errno.EIO)  # the first to fail
+        codes[-1] = (native.READ_ERRNO, errno.ENOSPC)
+        return codes, reading
+
+    monkeypatch.setattr(native, "run_chunk", failing)
+    with pytest.raises(StorageError, match="Input/output error"):
+        list(loader)
+
+
+def test_passes_a_chunk_cannot_decode_stay_per_sample(shards):
+    """EXIF orientation turns each sample on its own: no chunks (engine.chunks.chunked)."""
+    kw = dict(batch_size=8, num_workers=2, transform=T.imagenet_train(32))
+    assert isinstance(stage_of(turbofeed.DataLoader(shards, **kw)), ChunkedCpuDecode)
+    assert not isinstance(stage_of(turbofeed.DataLoader(shards, apply_exif_orientation=True, **kw)), ChunkedCpuDecode)
 
 
 def raw_file(tmp_path, blobs: list[bytes]):
@@ -283,6 +331,9 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatc
     loader = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)
     assert isinstance(stage_of(loader), ChunkedGpuDecode)
     got = epoch(loader)
+    stats = loader.stats.as_dict()  # each chunk's read counted: its time and bytes
+    images = sum(int(source.table.sizes.sum()) for source in turbofeed.io.Dataset(shards).sources)
+    assert stats["seconds"]["fetch"] > 0 and stats["bytes_read"] == images
     per_sample(monkeypatch)
     reference = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)
     assert not isinstance(stage_of(reference), ChunkedGpuDecode)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from builders import small_jpeg, write_tar
 from turbofeed.io import Dataset
@@ -53,3 +54,38 @@ def test_bad_samples_and_sources_without_ranges_are_not_readable(tmp_path):
     ranges = SampleRanges(data.sources, data.starts, data.bad)
     assert data.bad and not ranges.readable[list(data.bad)].any()
     assert ranges.readable[:3].all()
+
+
+def open_shards(tmp_path) -> int:
+    """Descriptors this process has open on the test's shards (the kernel's count)."""
+    names = os.listdir("/proc/self/fd")
+    targets = []
+    for name in names:
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:  # the listing's own descriptor, gone
+            pass
+    return sum(t.startswith(str(tmp_path)) and t.endswith(".tar") for t in targets)
+
+
+@pytest.mark.parametrize("max_open, kept", [(0, 1), (1, 1), (2, 2)])
+def test_chunks_of_one_shard_keep_at_most_max_open_descriptors(tmp_path, max_open, kept):
+    data = Dataset(shards(tmp_path, 5), index=False)
+    ranges = SampleRanges(data.sources, data.starts, data.bad, max_open=max_open)
+    images = [data.read(3 * k + 1) for k in range(5)]  # the dataset's own descriptors: open before
+    before = open_shards(tmp_path)
+    for k in range(5):
+        files = ranges.files(np.array([3 * k + 1], np.int64))
+        assert read_back(files, 0) == images[k]
+        del files  # the chunk's reads are done
+        assert open_shards(tmp_path) - before == min(k + 1, kept)
+
+
+def test_by_default_256_shards_all_stay_open(tmp_path):
+    data = Dataset(shards(tmp_path, 256, per=1), index=False)
+    ranges = SampleRanges(data.sources, data.starts, data.bad)  # max_open's default: 256
+    gids = np.arange(256, dtype=np.int64)
+    assert len(ranges.files(gids).held) == 256  # the first chunk opens them all
+    files = ranges.files(gids[::-1])
+    assert files.held == []  # all kept open: nothing to hold
+    assert read_back(files, 0) == data.read(255)
