@@ -6,7 +6,7 @@ NumPy form (:meth:`Compose.windows`) runs about 75 NumPy calls per chunk, 150-20
 a slow core. The native form runs the ops of ``windows.c`` on each sample's draws
 without the GIL in about 1 us per sample, with the same floating-point operations in
 the same order as the Python form, so all three give the same windows to the bit
-(tests/transforms/test_program.py).
+(tests/decode/test_native_windows.py).
 
 The layout is ``csrc/windows.h``'s: ``[version, op count, flip column (-1: none), flip
 p]``, then :data:`OP_WORDS` numbers per op (its code and arguments), then the
