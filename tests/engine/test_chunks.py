@@ -114,19 +114,26 @@ def bad_shard(tmp_path) -> tuple[str, dict[str, str]]:
     return path, {"05": "truncated", "09": "damaged", "13": "not an image"}
 
 
-@pytest.mark.parametrize("on_error", ["replace", "skip"])
-def test_bad_samples_take_the_per_sample_policy(tmp_path, monkeypatch, on_error):
-    path, _ = bad_shard(tmp_path)
-    kw = dict(batch_size=10, num_workers=2, shuffle=True, seed=1, transform=T.imagenet_train(32),
+def same_as_per_sample(path: str, monkeypatch, *, batch_size: int, seed: int, on_error: str, errors: int) -> set[str]:
+    """An epoch of ``path`` per chunk equals one per sample (batches, error counts, which
+    are ``errors`` in all); the keys it delivered."""
+    kw = dict(batch_size=batch_size, num_workers=2, shuffle=True, seed=seed, transform=T.imagenet_train(32),
               on_error=on_error, return_keys=True)
     loader = turbofeed.DataLoader(path, **kw)
     assert isinstance(stage_of(loader), ChunkedCpuDecode)
     got, stats = epoch(loader), loader.stats.as_dict()
-    per_sample(monkeypatch)
-    reference = turbofeed.DataLoader(path, **kw)
-    same_batches(got, epoch(reference))
-    assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == 3
-    delivered = {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
+    with monkeypatch.context() as patch:
+        per_sample(patch)
+        reference = turbofeed.DataLoader(path, **kw)
+        same_batches(got, epoch(reference))
+    assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == errors
+    return {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
+
+
+@pytest.mark.parametrize("on_error", ["replace", "skip"])
+def test_bad_samples_take_the_per_sample_policy(tmp_path, monkeypatch, on_error):
+    path, _ = bad_shard(tmp_path)
+    delivered = same_as_per_sample(path, monkeypatch, batch_size=10, seed=1, on_error=on_error, errors=3)
     assert not delivered & {"05", "09", "13"} and {"17", "21"} <= delivered
 
 
@@ -140,16 +147,7 @@ def test_samples_the_dataset_knows_are_bad_go_to_the_per_sample_path(tmp_path, m
             members.append((f"{i:02d}.jpg", encode(photo(50 + i, 60, seed=i), quality=90)))
         members.append((f"{i:02d}.cls", b"not a number" if i == 10 else str(i).encode()))
     path = write_tar(str(tmp_path / "holes.tar"), members)
-    kw = dict(batch_size=12, num_workers=2, shuffle=True, seed=2, transform=T.imagenet_train(32),
-              on_error=on_error, return_keys=True)
-    loader = turbofeed.DataLoader(path, **kw)
-    assert isinstance(stage_of(loader), ChunkedCpuDecode)
-    got, stats = epoch(loader), loader.stats.as_dict()
-    per_sample(monkeypatch)
-    reference = turbofeed.DataLoader(path, **kw)
-    same_batches(got, epoch(reference))
-    assert stats["errors"] == reference.stats.as_dict()["errors"] and sum(stats["errors"].values()) == 3
-    delivered = {k.rsplit("/", 1)[1] for batch in got for k in batch[2]}
+    delivered = same_as_per_sample(path, monkeypatch, batch_size=12, seed=2, on_error=on_error, errors=3)
     assert not delivered & {"06", "10", "19"} and len(delivered) == 21
 
 
