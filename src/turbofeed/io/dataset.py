@@ -251,6 +251,7 @@ class Dataset:
         return None if self.s3 is None else self.s3.stats()
 
     def close(self) -> None:
+        self._ranges = None  # its descriptors close with it
         for s in self.sources:
             s.close()
         self._opener.close()
