@@ -409,3 +409,25 @@ def test_an_error_in_the_ahead_batch_reaches_the_consumer_in_order(shards):
         next(it)
     assert len(got) == 2
     assert sum(len(labels) for _, labels in loader) == 120  # the next pass runs afresh
+
+
+def test_a_gpu_loop_left_early_stops_its_batch_thread(shards):
+    """break out of the loop and drop the iterator: the ahead thread (which holds the
+    stream) and the feeding threads stop, as they do without it."""
+    import gc
+    import threading
+
+    from turbofeed.testing import CpuStandInDecoder
+
+    loader = turbofeed.DataLoader(shards, batch_size=10, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=CpuStandInDecoder())
+    for _ in loader:
+        break
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("turbofeed-decode.gpu")]
+        if not alive:
+            break
+        time.sleep(0.05)
+    assert not alive

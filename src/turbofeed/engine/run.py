@@ -75,6 +75,9 @@ class Engine:
         self.ahead: Ahead | None = None
         if decode.info.ahead and num_workers and fetch is None:
             self.ahead = Ahead(self.stream, cast(AheadStage, decode).prepare, decode.info.name)
+            # its thread holds the stream, so the stream's own finalizer cannot fire: an
+            # engine dropped without close() (break, garbage collection) stops it here
+            weakref.finalize(self, self.ahead.close)
 
     @property
     def stages(self) -> list[StageInfo]:
