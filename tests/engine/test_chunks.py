@@ -189,33 +189,31 @@ def test_a_shard_replaced_during_the_pass_raises(tmp_path):
             pass
 
 
-def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
-    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
+def fail_reads(monkeypatch, errnos: dict[int, int]) -> None:
+    """Each chunk's read of row ``i`` fails with ``errnos[i]`` (a device error cannot be
+    made on a healthy disk: the native call runs, then its codes say so)."""
     read = native.run_chunk
 
     def failing(*a, **k):
         codes, reading = read(*a, **k)
         codes = codes.copy()
-        codes[-1] = (native.READ_ERRNO, 5)  # EIO from the device (cannot be made on a healthy disk)
+        for row, code in errnos.items():
+            codes[row] = (native.READ_ERRNO, code)
         return codes, reading
 
     monkeypatch.setattr(native, "run_chunk", failing)
+
+
+def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
+    fail_reads(monkeypatch, {-1: errno.EIO})
     with pytest.raises(StorageError, match="Input/output error"):
         list(loader)
 
 
 def test_the_first_failed_read_of_a_chunk_is_the_one_named(shards, monkeypatch):
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
-    read = native.run_chunk
-
-    def failing(*a, **k):
-        codes, reading = read(*a, **k)
-        codes = codes.copy()
-        codes[1] = (native.READ_ERRNO, errno.EIO)  # the first to fail
-        codes[-1] = (native.READ_ERRNO, errno.ENOSPC)
-        return codes, reading
-
-    monkeypatch.setattr(native, "run_chunk", failing)
+    fail_reads(monkeypatch, {1: errno.EIO, -1: errno.ENOSPC})  # row 1 is the first to fail
     with pytest.raises(StorageError, match="Input/output error"):
         list(loader)
 

@@ -262,7 +262,7 @@ def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: 
                max_pixels: int | None | DefaultLimit = None) -> np.ndarray:
     """Read a chunk of samples into ``buffer`` and their JPEG headers, in one call that
     releases the GIL: for sample ``i``, ``sizes[i]`` bytes at ``offsets[i]`` of descriptor
-    ``fds[i]`` (int32; -1: already in ``buffer``) go to ``buffer[starts[i]:]``; then one
+    ``fds[i]`` (int32) go to ``buffer[starts[i]:]``; then one
     ``fstat`` must show the shard's identity ``stamps[i]`` (size, mtime_ns, ctime_ns), so
     the bytes are the indexed ones (:mod:`turbofeed.io.local.files`). With
     ``max_pixels``, an image over the limit is bad data; with ``checks`` (uint8 or bool

@@ -4,7 +4,7 @@ The native crop decoder reads a JPEG only down to the crop's last row; damage in
 entropy-coded data below it would go unseen in one epoch and be met in the next, so the
 same sample would be good in one epoch and bad in another. The first time a sample is
 decoded, its whole scan is checked (:func:`turbofeed.decode.native.crop_resize` with
-``check_scan=True``, or per chunk :func:`turbofeed.decode.native.decode_chunk`; the GPU
+``check_scan=True``, or per chunk :func:`turbofeed.decode.native.run_chunk`; the GPU
 path: :func:`turbofeed.decode.scan.check`), and a sample found intact is remembered here;
 later epochs stop after the crop as before. A damaged sample is not remembered: it is
 checked, and found bad, every time.

@@ -4,7 +4,7 @@ The per-sample path (:class:`~turbofeed.engine.stages.FusedCpuDecode`) runs abou
 of Python per sample holding the GIL (fetch, index lookup, the crop window's draws, the
 policy, timers, the slot write); one interpreter lock serialises it, so a process stops
 near 7k images/s whatever its cores (bench/emulated_cores.py). Here a worker task takes
-a chunk of 16-64 positions of a batch and does, with a fixed number of Python and NumPy
+a chunk of 32-64 positions of a batch and does, with a fixed number of Python and NumPy
 operations whatever the chunk's size:
 
 1. the chunk's sample ids from the plan, and where they lie on disk
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,7 +47,7 @@ from ..transforms.draws import epoch_key
 from .checked import CHECKED
 from .policy import PassPolicy
 from .slots import Slot, SlotPool
-from .stages import FusedCpuDecode, StageInfo
+from .stages import FusedCpuDecode
 from .work import SampleWork
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class ChunkedCpuDecode(FusedCpuDecode):
     def __init__(self, work: SampleWork, pool: SlotPool, *, channels_first: bool, plan: EpochPlan,
                  policy: PassPolicy, chunk: int) -> None:
         super().__init__(work, pool, channels_first=channels_first)
-        self.info = StageInfo("decode.cpu", "sample", FusedCpuDecode.info.counts, per_task=chunk, chunked=True)
+        self.info = replace(FusedCpuDecode.info, per_task=chunk, chunked=True)
         self.reader = ChunkReader(work, plan, policy)
         self.labels = work.dataset.labels
         assert work.transform is not None and work.transform.program is not None  # chunked() said so

@@ -197,7 +197,7 @@ class ChunkedGpuDecode(GpuDecode):
     call reads the chunk's bytes (into one buffer the consumer's decode reads from),
     checks each shard's identity, reads the headers, refuses images over the pixel limit
     and checks the scans never checked intact (:class:`~turbofeed.engine.chunks.ChunkReader`);
-    the windows come from arrays (:meth:`SampleWork.windows`). Per sample there is only
+    the windows come from the transform's native program (:meth:`SampleWork.windows`). Per sample there is only
     the entry handed to the consumer. Positions a chunk leaves (not a JPEG the native
     reader takes, damaged, known bad, not a byte range of a local file) take
     :meth:`GpuDecode.fill` and the bad-sample policy, as before.

@@ -105,6 +105,7 @@ class Dataset:
             self.index = find_index(spec, located, index=named, cache_dir=cache_dir, s3=s3)
         self.sources: list[Source] = self._open_all(located)
         _log_problems(self.sources)
+        self.generation = 0
         self._join()
 
     def _open_all(self, located: list[tuple[str, str]]) -> list[Source]:
@@ -154,7 +155,6 @@ class Dataset:
             self.labels, self.class_names = np.full(self.num_samples, -1, np.int64), None
         self._print: DataPrint | None = None  # computed when first asked
         self._ranges: SampleRanges | None = None  # made when first asked
-        self.generation = getattr(self, "generation", -1) + 1  # sources (and ids) changed
 
     def refresh(self) -> list[str]:
         """Re-index every source whose file changed on disk since it was indexed (replaced
@@ -181,6 +181,7 @@ class Dataset:
                 raise StorageError(path, f"{why} since it was indexed") from exc
         if changed:
             _log_problems([self.sources[k] for k in changed])
+            self.generation += 1
             self._join()
         return [self.sources[k].path for k in changed]
 

@@ -28,22 +28,20 @@ static int64_t read_full(int fd, unsigned char *dst, int64_t size, int64_t offse
 
 static int32_t read_one(JpegWindow *j, int fd, int64_t offset, int64_t size, const int64_t *stamp,
                         unsigned char *dst, int check, long long max_pixels, int32_t *hw) {
-    if (fd >= 0) {
-        const int64_t got = read_full(fd, dst, size, offset);
-        if (got < 0) {
-            hw[0] = errno;
-            return TF_READ_ERRNO;
-        }
-        struct stat st;
-        if (fstat(fd, &st) != 0) {
-            hw[0] = errno;
-            return TF_READ_ERRNO;
-        }
-        const int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        const int64_t ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
-        if ((int64_t)st.st_size != stamp[0] || mtime != stamp[1] || ctime != stamp[2]) return TF_READ_CHANGED;
-        if (got != size) return TF_READ_SHORT;
+    const int64_t got = read_full(fd, dst, size, offset);
+    if (got < 0) {
+        hw[0] = errno;
+        return TF_READ_ERRNO;
     }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        hw[0] = errno;
+        return TF_READ_ERRNO;
+    }
+    const int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    const int64_t ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    if ((int64_t)st.st_size != stamp[0] || mtime != stamp[1] || ctime != stamp[2]) return TF_READ_CHANGED;
+    if (got != size) return TF_READ_SHORT;
     int h = 0, w = 0;
     const char *cs = "unknown";
     if (tf_jpeg_header(j, dst, (size_t)size, &h, &w, &cs) != RC_OK) return TF_READ_GENERAL;

@@ -23,8 +23,8 @@ enum {
     TF_READ_SHORT = 5    /* fewer bytes than the index recorded (a lying file system) */
 };
 
-/* For each sample i < n: pread sizes[i] bytes at offsets[i] of fds[i] into buf + starts[i]
- * (fds[i] < 0: the bytes are there already), then fstat fds[i] and compare its (size,
+/* For each sample i < n: pread sizes[i] bytes at offsets[i] of fds[i] into buf + starts[i],
+ * then fstat fds[i] and compare its (size,
  * mtime_ns, ctime_ns) with stamps[3i..3i+2] (bytes read before an unchanged fstat are
  * the indexed bytes: turbofeed/io/local/files.py), then read the JPEG header, refuse
  * more than max_pixels > 0 pixels and, where checks[i] (checks may be NULL: none), check

@@ -30,8 +30,8 @@ static int typed_all(PyObject **objs, const char **names, const char *codes, con
 const char tf_read_chunk_doc[] =
     "read_chunk(fds, offsets, sizes, stamps, buffer, starts, checks=None, max_pixels=0) -> bytes\n"
     "--\n\n"
-    "For each sample i: pread sizes[i] bytes at offsets[i] of descriptor fds[i] (int32; -1:\n"
-    "the bytes are in buffer already) into buffer[starts[i]:], fstat it and compare (size,\n"
+    "For each sample i: pread sizes[i] bytes at offsets[i] of descriptor fds[i] (int32)\n"
+    "into buffer[starts[i]:], fstat it and compare (size,\n"
     "mtime_ns, ctime_ns) with stamps[i] (int64, n x 3), then read the JPEG header, refuse\n"
     "more than max_pixels pixels (0: no limit) and, where checks[i] (uint8), check the whole\n"
     "scan. Returns int32 (status, height, width) triples as bytes: status 0 ok, 1 for the\n"
