@@ -151,6 +151,10 @@ class WaitingDecoder:
             self.images = list(torch.zeros((len(datas), 3, 8, 8), dtype=torch.uint8).unbind(0))
         return list(self.images[:len(datas)])
 
+    def decode_tensors(self, tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """As turbofeed's GpuDecoder takes the per-chunk path's packed bytes (no header parsed again)."""
+        return self.decode(tensors)  # type: ignore[arg-type]
+
 
 def cpu_loader(shards: list[str], threads: int, epoch_size: int) -> turbofeed.DataLoader:
     return turbofeed.DataLoader(shards, batch_size=BATCH, num_workers=threads, shuffle=True, drop_last=True,

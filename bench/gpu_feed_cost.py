@@ -97,6 +97,10 @@ class TinyDecoder:
         self.seconds += clock() - started
         return out
 
+    def decode_tensors(self, tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """As turbofeed's GpuDecoder takes the per-chunk path's packed bytes."""
+        return self.decode(tensors)  # type: ignore[arg-type]
+
 
 @contextlib.contextmanager
 def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
@@ -260,10 +264,17 @@ def epochs(loader: Any, decoder: TinyDecoder, timers: Timers, reads: Seconds, na
     return out
 
 
-def prepare_cost(shards: list[str], limit: int, repeats: int) -> dict[str, float]:
+def prepare_cost(shards: list[str], limit: int, repeats: int, *, per_sample: bool = False) -> dict[str, float]:
     """turbofeed's GpuDecoder's Python per image before nvJPEG (no GPU needed for it), and
-    the part of it that copies bytes without holding the GIL."""
+    the part of it that copies bytes without holding the GIL. The per-chunk path hands it
+    byte tensors whose headers were read natively (``decode_tensors``): measured with
+    torchvision's ``decode_jpeg`` replaced by a function that returns at once (there is
+    no CUDA here); the per-sample path (``per_sample``, or a tree without
+    ``decode_tensors``) checks each header (``sendable``) and joins the bytes into tensors."""
     import tarfile
+    import types
+
+    import numpy as np
 
     from turbofeed.decode import gpu
 
@@ -272,13 +283,30 @@ def prepare_cost(shards: list[str], limit: int, repeats: int) -> dict[str, float
         for m in tar.getmembers():
             if m.name.endswith(".jpg") and len(datas) < limit:
                 datas.append(tar.extractfile(m).read())  # type: ignore[union-attr]
+    times: dict[str, list[float]] = {"sendable": [], "byte_tensors": [], "copy_without_gil": []}
+    if not per_sample and hasattr(gpu.GpuDecoder, "decode_tensors"):
+        decoder = gpu.GpuDecoder.__new__(gpu.GpuDecoder)  # no CUDA here: the Python around nvJPEG only
+        decoder.backend, decoder.device = "torchvision", torch.device("cpu")
+        fake = types.ModuleType("torchvision.io")
+        fake.ImageReadMode = types.SimpleNamespace(RGB=None)  # type: ignore[attr-defined]
+        fake.decode_jpeg = lambda part, **kw: part  # type: ignore[attr-defined]
+        tensors = list(torch.from_numpy(np.frombuffer(b"".join(datas), np.uint8).copy()).split(
+            [len(d) for d in datas]))
+        with patched(sys, "modules", {**sys.modules, "torchvision": types.ModuleType("torchvision"),
+                                      "torchvision.io": fake}):
+            for _ in range(repeats):
+                times["sendable"].append(0.0)  # headers read by the chunk's native call
+                started = clock()
+                decoder.decode_tensors(tensors)
+                times["byte_tensors"].append(clock() - started)
+                times["copy_without_gil"].append(0.0)  # none: the chunks' buffers are the tensors
+        return {f"{k}_us": 1e6 * min(v) / len(datas) for k, v in times.items()}
     encode = getattr(gpu, "encoded_tensors", None)
     # the batch is one join: CPython copies it without the GIL when it is 1 MiB or more of bytes
     joined = encode is not None and sum(map(len, datas)) >= 1 << 20
     if encode is None:  # before the change: what _decode_torchvision did per image, all under the GIL
         def encode(ds: list[bytes]) -> Any:
             return [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in ds]
-    times: dict[str, list[float]] = {"sendable": [], "byte_tensors": [], "copy_without_gil": []}
     for _ in range(repeats):
         started = clock()
         [i for i, d in enumerate(datas) if gpu.sendable(d, 0)]
@@ -352,7 +380,8 @@ def gpu_costs(shards: list[str], batch_size: int, repeats: int, *, per_sample: b
     if threaded:
         with per_sample_path(per_sample):
             result["feed_thread_cpu_us_per_sample"] = feed_thread_cpu(shards, batch_size, repeats)
-    result.update({k: round(v, 1) for k, v in prepare_cost(shards, batch_size, repeats).items()})
+    result.update({k: round(v, 1) for k, v in prepare_cost(shards, batch_size, repeats,
+                                                            per_sample=per_sample).items()})
     result["errors"] = errors
     # what holds the GIL: all of it but the reads (and native calls without the GIL) and the joined copy
     result["gil_us_per_sample"] = round(result["feed_us_per_sample"] - result["of_which_pread_us"]

@@ -1,5 +1,6 @@
 """decode.cpu per chunk (engine/chunks.py): the same batches as the per-sample path, bad
-samples through the same policy, storage faults raised, one native call per chunk."""
+samples through the same policy, storage faults raised, one native call per chunk; the
+GPU feed per chunk (engine/gpu_chunks.py) likewise, with one decoder call per batch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import turbofeed
 from builders import encode, photo, write_tar
@@ -18,7 +20,9 @@ from turbofeed.decode import native
 from turbofeed.engine import chunks, choose
 from turbofeed.engine.chunks import ChunkedCpuDecode, chunk_size
 from turbofeed.errors import SampleError, StorageError
+from turbofeed.testing import CpuStandInDecoder
 from turbofeed.transforms.draws import Draws, epoch_key
+from turbofeed.engine.gpu_chunks import ChunkedGpuDecode
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native decoder is not built")
 
@@ -320,7 +324,7 @@ def test_arguments_are_checked():
 
 
 def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatch):
-    from turbofeed.engine.decode_gpu import ChunkedGpuDecode
+    from turbofeed.engine.gpu_chunks import ChunkedGpuDecode
     from turbofeed.testing import CpuStandInDecoder
 
     kw = dict(batch_size=24, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(40), return_keys=True)
@@ -429,3 +433,99 @@ def test_a_gpu_loop_left_early_stops_its_batch_thread(shards):
             break
         time.sleep(0.05)
     assert not alive
+
+
+# -- the GPU path per chunk (engine/gpu_chunks.py): packs, one decoder call and one resize per batch
+
+class TensorDecoder(CpuStandInDecoder):
+    """A stand-in with ``decode_tensors``, as turbofeed's GpuDecoder has: it records what
+    each call got, and refuses (None) the images ``refuse(data)`` names."""
+
+    def __init__(self, refuse=lambda data: False) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.tensor_calls: list[list[bytes]] = []
+        self.byte_calls: list[list[bytes]] = []
+
+    def decode(self, datas):
+        self.byte_calls.append([bytes(d) for d in datas])
+        return [None if self.refuse(bytes(d)) else image for d, image in zip(datas, super().decode(datas))]
+
+    def decode_tensors(self, tensors):
+        assert all(t.dtype == torch.uint8 and t.dim() == 1 for t in tensors)
+        datas = [t.numpy().tobytes() for t in tensors]
+        self.tensor_calls.append(datas)
+        return [None if self.refuse(d) else image for d, image in zip(datas, CpuStandInDecoder.decode(self, datas))]
+
+
+def members(shards: str) -> set[bytes]:
+    """Every image's bytes in the shards."""
+    import tarfile
+    from pathlib import Path
+
+    out = set()
+    for path in sorted(Path(shards).glob("*.tar")):
+        with tarfile.open(path) as tar:
+            out |= {tar.extractfile(m).read() for m in tar if m.name.endswith(".jpg")}
+    return out
+
+
+KW = dict(batch_size=24, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(40), return_keys=True)
+
+
+def test_packs_go_to_decode_tensors_in_one_call_per_batch_with_the_per_sample_batches(shards, monkeypatch):
+    decoder = TensorDecoder()
+    loader = turbofeed.DataLoader(shards, gpu_decode=decoder, **KW)
+    assert isinstance(stage_of(loader), ChunkedGpuDecode)
+    got = epoch(loader)
+    assert decoder.byte_calls == [] and len(decoder.tensor_calls) == len(got) == 5
+    sent = [d for call in decoder.tensor_calls for d in call]
+    assert len(sent) == 120 and set(sent) == members(shards)  # each image once, its exact bytes
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **KW)
+    assert not isinstance(stage_of(reference), ChunkedGpuDecode)
+    same_batches(got, epoch(reference))
+
+
+@pytest.mark.parametrize("tensors", [True, False])
+def test_refused_images_are_decoded_on_the_cpu_in_their_places(shards, monkeypatch, tensors):
+    """A third of the images refused by the GPU decoder: decoded on the CPU instead,
+    counted, and the batches are the per-sample feed's with the same decoder."""
+    def refuse(data: bytes) -> bool:
+        return len(data) % 3 == 0
+
+    decoder = TensorDecoder(refuse) if tensors else _BytesOnly(refuse)
+    loader = turbofeed.DataLoader(shards, gpu_decode=decoder, **KW)
+    got = epoch(loader)
+    refused = sum(refuse(d) for d in members(shards))
+    assert 10 < refused < 110 and loader.stats.errors["gpu_fallback"] == refused
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(shards, gpu_decode=_BytesOnly(refuse), **KW)
+    want = epoch(reference)
+    assert reference.stats.errors["gpu_fallback"] == refused
+    same_batches(got, want)
+
+
+class _BytesOnly(CpuStandInDecoder):
+    def __init__(self, refuse) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    def decode(self, datas):
+        return [None if self.refuse(bytes(d)) else image for d, image in zip(datas, super().decode(datas))]
+
+
+@pytest.mark.parametrize("on_error", ["replace", "skip"])
+def test_per_sample_positions_and_bad_samples_join_the_packs_in_order(tmp_path, monkeypatch, on_error):
+    """PNG and CMYK samples (the per-sample path), damaged and unreadable ones (the
+    policy) among packed JPEGs: the per-sample feed's batches, bit for bit."""
+    path, _ = bad_shard(tmp_path)
+    kw = dict(batch_size=12, num_workers=2, shuffle=True, seed=4, transform=T.imagenet_train(32),
+              on_error=on_error, return_keys=True)
+    loader = turbofeed.DataLoader(path, gpu_decode=TensorDecoder(), **kw)
+    assert isinstance(stage_of(loader), ChunkedGpuDecode)
+    got = epoch(loader)
+    per_sample(monkeypatch)
+    reference = turbofeed.DataLoader(path, gpu_decode=CpuStandInDecoder(), **kw)
+    same_batches(got, epoch(reference))
+    assert dict(loader.stats.errors) == dict(reference.stats.errors)

@@ -11,9 +11,9 @@ import torch
 
 from turbofeed import transforms as T
 from turbofeed.decode import decode
-from turbofeed.engine.gpu import resize_batch
+from turbofeed.engine.gpu import resize_batch, resize_packed
 from turbofeed.transforms.batched import (axis_weights, crop_to_reach, float_bytes, groups_within, pad_batch,
-                                        resized_crop, window_tensors)
+                                        resized_crop, runs_within, window_tensors)
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +161,59 @@ def test_resize_batch_gives_the_bits_of_cutting_and_padding_image_by_image(photo
     expected = _per_image(tensors, windows, transform.size, transform.output, channels_last, budget)
     assert torch.equal(got, expected)
     assert got.is_contiguous(memory_format=torch.channels_last) == channels_last
+
+
+def _tables(photos, windows):
+    sizes = np.array([p.shape[:2] for p in photos], dtype=np.int64)
+    table = np.array([(*w.box, w.height, w.width, w.flip) for w in windows], dtype=np.float64)
+    return sizes, table
+
+
+@pytest.mark.parametrize("transform, budget, channels_last", [
+    (T.imagenet_train(64), None, False),
+    (T.imagenet_eval(56), None, True),
+    (T.Compose([T.RandomResizedCrop(48, scale=(0.02, 0.3))]), None, False),  # no flip in the batch
+    (T.imagenet_train(40, normalize=True), 3_000_000, True),  # several runs
+])
+def test_resize_packed_gives_resize_batch_bits_from_one_gather(photos, transform, budget, channels_last):
+    """Images joined in one buffer and their cuts gathered in one index op (past a cut:
+    other pixels, weighted 0) give resize_batch's zero-padded result to the bit; the
+    images here are HWC memory seen as CHW (nvImageCodec's layout) and CHW alike."""
+    windows = _windows(photos, transform, 11)
+    tensors = [torch.from_numpy(p).permute(2, 0, 1) if i % 2 else torch.from_numpy(p).permute(2, 0, 1).contiguous()
+               for i, p in enumerate(photos)]
+    sizes, table = _tables(photos, windows)
+    expected = resize_batch(tensors, windows, transform.size, transform.output, channels_last, budget)
+    got = resize_packed(tensors, sizes, table, transform.size, transform.output, channels_last, budget)
+    assert torch.equal(got, expected)
+    assert got.is_contiguous(memory_format=torch.channels_last) == channels_last
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0])
+def test_resize_packed_takes_the_images_own_sizes_where_the_headers_were_wrong(photos, scale):
+    """A decoder whose images are not the size the header said (smaller or larger):
+    the images' own shapes decide the cuts, as resize_batch's do, and no read leaves
+    the joined buffer (a window past a small image reads nothing)."""
+    transform = T.imagenet_train(32)
+    windows = _windows(photos, transform, 2)
+    tensors = [torch.from_numpy(p).permute(2, 0, 1) for p in photos]
+    sizes, table = _tables(photos, windows)
+    said = np.maximum((sizes * scale).astype(np.int64), 1)
+    expected = resize_batch(tensors, windows, transform.size, None)
+    assert torch.equal(resize_packed(tensors, said, table, transform.size, None), expected)
+    small = [t[:, :5, :7] for t in tensors]  # windows reach far past these images
+    assert torch.equal(resize_packed(small, sizes, table, transform.size, None),
+                       resize_batch(small, windows, transform.size, None))
+
+
+def test_runs_within_are_groups_within():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        shapes = rng.integers(0, 2000, (n, 2)).astype(np.int64)
+        out = (int(rng.integers(1, 300)), int(rng.integers(1, 300)))
+        budget = int(rng.integers(1, 2**31))
+        assert runs_within(shapes, out, budget) == groups_within([tuple(s) for s in shapes.tolist()], out, budget)
 
 
 def test_reaches_of_a_batch_are_each_windows_reach():

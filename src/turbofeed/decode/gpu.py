@@ -197,6 +197,20 @@ class GpuDecoder:
             out[i] = image
         return out
 
+    def decode_tensors(self, tensors: Sequence[Any]) -> list[Any | None]:
+        """:meth:`decode` for JPEGs given as 1-D uint8 CPU tensors whose headers were read
+        already: the loaders' per-chunk path reads each header natively and sends only
+        JPEGs it decodes (not CMYK/YCCK, under the pixel limit, not empty), so nothing is
+        parsed or copied again here; one decoder call for the batch."""
+        if not tensors:
+            return []
+        if self.backend == "nvimgcodec":
+            return self._decode_nvimgcodec([t.numpy() for t in tensors])
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        return decode_bisecting(lambda part: decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device),
+                                list(tensors))
+
     def _decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         if self.backend == "nvimgcodec":
             return self._decode_nvimgcodec(datas)

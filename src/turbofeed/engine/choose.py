@@ -128,7 +128,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
         first = 0 if transform is None else len(transform.ops)  # ``work`` has the fused ops alone
         return augment_stage(work, batch_size, callables, first=first, user_errors=user_errors)
     if decoder is not None:
-        from .decode_gpu import ChunkedGpuDecode, GpuDecode
+        from .decode_gpu import GpuDecode
+        from .gpu_chunks import ChunkedGpuDecode
 
         if hybrid is None and pool is not None and transform is not None and chunked(work):
             return ChunkedGpuDecode(decoder, work, transform, plan, policy, batch_size=batch_size,

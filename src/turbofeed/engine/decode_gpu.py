@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -21,7 +22,6 @@ from ..plan import EpochPlan
 from ..transforms import Compose, Window
 from ..transforms.batched import to_device
 from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch, side_stream
-from .chunks import ChunkReader
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -36,6 +36,11 @@ class BatchDecoder(Protocol):
     device: torch.device
 
     def decode(self, datas: list[bytes]) -> list[torch.Tensor | None]: ...
+
+    # Optional: ``decode_tensors(list of 1-D uint8 CPU tensors) -> list of tensors or None``,
+    # JPEGs whose headers the loader read natively (not CMYK/YCCK, under the pixel limit);
+    # the per-chunk path (:mod:`turbofeed.engine.gpu_chunks`) then hands it views of its
+    # buffers and skips a bytes view per image.
 
 
 @dataclass(slots=True)
@@ -99,9 +104,13 @@ class GpuDecode:
         buffer[j] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), orientation=tag)
 
     # -- the consumer's side -------------------------------------------------------------
-    def decode(self, job: Job, entries: list[Any], positions: range) -> list[Encoded]:
+    def decode(self, job: Job, entries: list[Any], positions: Sequence[int]) -> list[Encoded]:
         """Decode ``positions`` of the job in one decoder call, the CPU taking what the GPU
         refuses; the entries that hold a sample, in order, each with ``pixels`` set."""
+        return [entries[i] for i in self.decoded(job, entries, positions)]
+
+    def decoded(self, job: Job, entries: list[Any], positions: Sequence[int]) -> list[int]:
+        """:meth:`decode`, returning the positions that hold a sample."""
         def refill(gid: int, i: int) -> None:  # an image the GPU refused, decoded on the CPU
             data, window, pixels = cpu_decode(self.work, gid, self.transform, self.device)
             entries[i] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), pixels)
@@ -111,7 +120,7 @@ class GpuDecode:
             e = entries[i]
             if e.orientation != 1:  # decoded as stored: turn it upright (the CPU refill already is)
                 e.pixels, e.orientation = upright_chw(e.pixels, e.orientation), 1
-        return [entries[i] for i in kept]
+        return kept
 
     def finish(self, job: Job) -> Any:
         """The whole batch as ``(images, labels)`` on the device (``stacked``), made on a side
@@ -190,50 +199,6 @@ class GpuDecode:
 
     def close(self) -> None:
         pass
-
-
-class ChunkedGpuDecode(GpuDecode):
-    """decode.gpu whose feeding threads take a chunk of positions per task: one native
-    call reads the chunk's bytes (into one buffer the consumer's decode reads from),
-    checks each shard's identity, reads the headers, refuses images over the pixel limit
-    and checks the scans never checked intact (:class:`~turbofeed.engine.chunks.ChunkReader`);
-    the windows come from the transform's native program (:meth:`SampleWork.windows`). Per sample there is only
-    the entry handed to the consumer. Positions a chunk leaves (not a JPEG the native
-    reader takes, damaged, known bad, not a byte range of a local file) take
-    :meth:`GpuDecode.fill` and the bad-sample policy, as before.
-
-    Args:
-        chunk: positions per chunk (:func:`turbofeed.engine.chunks.chunk_size`); the
-            others as :class:`GpuDecode`.
-    """
-
-    def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose, plan: EpochPlan,
-                 policy: PassPolicy, *, batch_size: int, chunk: int, channels_last: bool = False) -> None:
-        super().__init__(decoder, work, transform, plan, policy, batch_size=batch_size, channels_last=channels_last)
-        self.info = replace(self.info, per_task=chunk, chunked=True)
-        self.reader = ChunkReader(work, plan, policy)
-
-    def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
-        """Fill positions ``start .. stop - 1`` of ``job`` with their entries (bytes, window,
-        label); returns the positions left for :meth:`GpuDecode.fill`.
-
-        Raises:
-            StorageError: a shard vanished, changed or failed to read.
-        """
-        chunk = self.reader.read(job, start, stop)
-        ok = chunk.ok()
-        gids, js = chunk.gids[ok], chunk.js[ok]
-        windows = self.work.windows(gids, chunk.heights[ok], chunk.widths[ok])
-        view = memoryview(chunk.buffer.data)  # the entries' bytes: views, the buffer lives while they do
-        starts = chunk.starts[ok]
-        entries = job.slot
-        for j, gid, first, end, box, height, width, flip, label in zip(
-                js.tolist(), gids.tolist(), starts.tolist(), (starts + chunk.sizes[ok]).tolist(),
-                windows.boxes.tolist(), windows.height.tolist(), windows.width.tolist(), windows.flips.tolist(),
-                self.work.dataset.labels[gids].tolist()):
-            entries[j] = Encoded(gid, view[first:end], Window(tuple(box), height, width, flip), label)
-        job.ids[js] = gids
-        return sorted(chunk.left + chunk.js[~ok].tolist())
 
 
 class _SideStream:

@@ -24,7 +24,7 @@ from .stream import Job, fill_position
 from .work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import default_budget, float_bytes, groups_within, reaches, resample_table
+from ..transforms.batched import default_budget, float_bytes, reaches, resample_table, runs_within, to_device
 from ..transforms.output import OutputSpec
 
 
@@ -183,15 +183,23 @@ def decode_job(decoder: Any, job: Job, plan: EpochPlan, policy: ErrorPolicy | Pa
         entries[i].pixels = pixels
         if pixels is None:  # the decoder refused it: the CPU decodes it, or the policy acts
             refused = True
-            policy.stats.count_error("gpu_fallback")
-            def refill_here(g: int, i: int = i) -> None:
-                refill(g, i)
-            gid = fill_position(plan, job.positions[i], refill_here, policy)
-            if gid is None:
-                job.ok[i] = False
-            else:
-                job.ids[i] = gid
+            fall_back(job, i, plan, policy, refill)
     return [i for i in keep if job.ok[i]] if refused else keep
+
+
+def fall_back(job: Job, i: int, plan: EpochPlan, policy: ErrorPolicy | PassPolicy,
+              refill: Callable[[int, int], None]) -> bool:
+    """Position ``i`` of ``job``, which the GPU decoder refused: counted in
+    ``stats.errors["gpu_fallback"]``, then ``refill(gid, i)`` decodes it on the CPU, or the
+    bad-sample policy replaces, skips (``job.ok[i] = False``) or raises, as on the CPU
+    path. Returns whether the position holds a sample."""
+    policy.stats.count_error("gpu_fallback")
+    gid = fill_position(plan, job.positions[i], lambda g: refill(g, i), policy)
+    if gid is None:
+        job.ok[i] = False
+        return False
+    job.ids[i] = gid
+    return True
 
 
 def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size: tuple[int, int],
@@ -208,25 +216,12 @@ def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size
     :func:`~turbofeed.transforms.batched.crop_to_reach` and padding the cuts with
     :func:`~turbofeed.transforms.batched.pad_batch`, but the arithmetic of the cuts, the
     shifted boxes and the tables is done for the whole batch in NumPy: per image there is
-    only the copy of its cut into the padded batch (this runs in the caller's thread,
-    which competes with the feeding threads for the GIL)."""
+    only the copy of its cut into the padded batch. :func:`resize_packed` does without
+    that copy too, where the images' sizes and windows come as arrays."""
     n = len(pixels)
     table = np.array([(*w.box, w.height, w.width, w.flip) for w in windows], dtype=np.float64).reshape(n, 7)
     sizes = np.array([p.shape for p in pixels], dtype=np.int64).reshape(n, 3)[:, 1:]
-    cuts = reaches(table[:, :4], table[:, 4:6], sizes)  # (top, left, bottom, right)
-    shapes = np.maximum(cuts[:, 2:] - cuts[:, :2], 0)  # as slicing gives
-    # (N, 7) float32: the cut's height, width, the box in the cut's coordinates, flip
-    rows = np.empty((n, 7), np.float32)
-    rows[:, 0:2] = shapes
-    rows[:, 2:6] = table[:, :4] - cuts[:, [1, 0, 1, 0]]
-    rows[:, 6] = table[:, 6]
-    if not rows[:, 6].any():  # no flip in the batch: two ops fewer
-        rows = rows[:, :6]
-    budget = default_budget() if budget is None else budget
-    if n and float_bytes(n, int(shapes[:, 0].max()), int(shapes[:, 1].max()), size) <= budget:
-        runs = [range(n)]  # the usual case: every prefix fits too, so groups_within would agree
-    else:
-        runs = groups_within(shapes.tolist(), size, budget)
+    cuts, shapes, rows, runs = cut_table(table, sizes, size, budget)
     bounds = cuts.tolist()
     parts = []
     for run in runs:
@@ -237,6 +232,107 @@ def resize_batch(pixels: Sequence[torch.Tensor], windows: Sequence[Window], size
             batch[k, :, :max(bottom - top, 0), :max(right - left, 0)] = pixels[i][:, top:bottom, left:right]
         parts.append(resample_table(batch, torch.from_numpy(rows[run.start:run.stop]), size, output,
                                     channels_last))
+    return joined(parts, channels_last)
+
+
+def resize_packed(pixels: Sequence[torch.Tensor], sizes: np.ndarray, table: np.ndarray, size: tuple[int, int],
+                  output: OutputSpec | None, channels_last: bool = False,
+                  budget: int | None = None) -> torch.Tensor:
+    """:func:`resize_batch`'s pixels, to the bit, with a fixed number of Python and torch
+    calls per batch whatever its length (the caller's thread holds the GIL for each).
+
+    The images are joined into one flat buffer on their device in one call (C++, without
+    the GIL); each image's cut then is a run of rows of that buffer, so the padded batch
+    of cuts is one index op on a view of the buffer as overlapping rows
+    (``unfold``): row ``y`` of channel ``c`` of image ``n``'s cut starts at
+    ``offset[n] + c*h*w + (top + y)*w + left``. Past a cut's height and width the padded
+    batch holds other pixels, not zeros: the resampling weights there are 0
+    (:func:`~turbofeed.transforms.batched.axis_weights`), so the result is the same.
+
+    Args:
+        pixels: (3, h, w) uint8 images on one device (any strides), at least one.
+        sizes: int64 (N, 2), each image's ``(h, w)`` as its header gave it; the images'
+            own shapes are used where they disagree.
+        table: float64 (N, 7) windows: ``x0, y0, x1, y1`` (the box), output ``height,
+            width``, flip (1.0 mirrors).
+        size, output, channels_last, budget: as :func:`resize_batch`.
+    """
+    n = len(pixels)
+    tail = max(int(sizes[:, 1].max()), 1)  # the last image's cut rows read up to this far past its end
+    flat = flatten(pixels, tail)
+    if flat.numel() != 3 * int((sizes[:, 0] * sizes[:, 1]).sum()) + tail:  # a decoder's size differs: use its
+        sizes = np.array([p.shape for p in pixels], dtype=np.int64).reshape(n, 3)[:, 1:]
+        if int(sizes[:, 1].max()) > tail:
+            tail = int(sizes[:, 1].max())
+            flat = flatten(pixels, tail)
+    cuts, shapes, rows, runs = cut_table(table, sizes, size, budget)
+    areas = sizes[:, 0] * sizes[:, 1]
+    # per image: where it starts, h*w, w, the cut's top and left, its last row (the rows
+    # past it repeat it: any pixels do, their weights are 0)
+    params = np.empty((n, 6), np.int64)
+    params[0, 0] = 0
+    np.cumsum(3 * areas[:-1], out=params[1:, 0])
+    params[:, 1], params[:, 2] = areas, sizes[:, 1]
+    params[:, 3:5] = np.minimum(cuts[:, :2], sizes - 1)  # an empty cut may start past its image: any row will do
+    params[:, 5] = np.maximum(shapes[:, 0] - 1, 0)
+    device = flat.device
+    every = to_device(torch.from_numpy(params), device)
+    channels = torch.arange(3, device=device)[None, :, None]
+    parts = []
+    for run in runs:
+        height, width = (int(v) for v in shapes[run.start:run.stop].max(0))
+        if not (height and width):  # nothing any window of this run reads
+            batch = flat.new_zeros((len(run), 3, height, width))
+        else:
+            p = every[run.start:run.stop, :, None, None]
+            lines = torch.minimum(torch.arange(height, device=device)[None, None, :], p[:, 5])  # (k, 1, height)
+            starts = p[:, 0] + channels * p[:, 1] + (p[:, 3] + lines) * p[:, 2] + p[:, 4]  # (k, 3, height)
+            batch = flat.unfold(0, width, 1)[starts]  # (k, 3, height, width)
+        parts.append(resample_table(batch, torch.from_numpy(rows[run.start:run.stop]), size, output,
+                                    channels_last))
+    return joined(parts, channels_last)
+
+
+def flatten(pixels: Sequence[torch.Tensor], tail: int) -> torch.Tensor:
+    """The images' pixels, each in (3, h, w) order, one after the other in one new flat
+    tensor on their device, with ``tail`` zeros after them: one call
+    (``torch._utils._flatten_dense_tensors``, what DDP uses to join gradients; its loop is
+    C++, without the GIL), or one ``view`` per image where a torch lacks it."""
+    parts = [*pixels, pixels[0].new_zeros(tail)]
+    join = getattr(torch._utils, "_flatten_dense_tensors", None)
+    if join is not None:
+        return join(parts)
+    return torch.cat([p.contiguous().view(-1) for p in parts])
+
+
+def cut_table(table: np.ndarray, sizes: np.ndarray, size: tuple[int, int],
+              budget: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[range]]:
+    """For windows ``table`` (N, 7: box, output height and width, flip) on images of
+    ``sizes`` (N, 2): each cut ``(top, left, bottom, right)``, its shape ``(h, w)``, the
+    float32 resampling table in the cut's coordinates
+    (:func:`~turbofeed.transforms.batched.resample_table`: h, w, the shifted box, flip,
+    the flip column left out where nothing flips) and the runs of images that keep the
+    padded float work within ``budget`` bytes (default
+    :func:`~turbofeed.transforms.batched.default_budget`)."""
+    n = len(table)
+    cuts = reaches(table[:, :4], table[:, 4:6], sizes)  # (top, left, bottom, right)
+    shapes = np.maximum(cuts[:, 2:] - cuts[:, :2], 0)  # as slicing gives
+    rows = np.empty((n, 7), np.float32)
+    rows[:, 0:2] = shapes
+    rows[:, 2:6] = table[:, :4] - cuts[:, [1, 0, 1, 0]]
+    rows[:, 6] = table[:, 6]
+    if not rows[:, 6].any():  # no flip in the batch: two ops fewer
+        rows = rows[:, :6]
+    budget = default_budget() if budget is None else budget
+    if n and float_bytes(n, int(shapes[:, 0].max()), int(shapes[:, 1].max()), size) <= budget:
+        runs = [range(n)]  # the usual case: every prefix fits too, so groups_within would agree
+    else:
+        runs = runs_within(shapes, size, budget)
+    return cuts, shapes, rows, runs
+
+
+def joined(parts: list[torch.Tensor], channels_last: bool) -> torch.Tensor:
+    """The runs' resized parts as one batch."""
     if len(parts) == 1:
         return parts[0]
     out = torch.cat(parts)

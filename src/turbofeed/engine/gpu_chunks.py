@@ -1,0 +1,231 @@
+"""decode.gpu per chunk: the feeding threads and the batch's own thread each run a fixed
+number of Python operations per chunk or batch, not per image.
+
+A feeding thread's task is a chunk of positions (:class:`ChunkedGpuDecode.fill_chunk`):
+one native call reads the chunk's bytes into one buffer (pinned memory on a CUDA device,
+which the decoder's copies read without staging), checks each shard's identity, reads
+the headers, refuses images over the pixel limit and checks the scans never checked
+intact (:class:`~turbofeed.engine.chunks.ChunkReader`); the windows come from the
+transform's native program (:meth:`SampleWork.windows`). What the consumer needs of
+the chunk is one :class:`Pack`: the byte tensors the decoder takes (views of the
+buffer, made in one ``split``) and the rows' positions, windows, sizes and labels as
+arrays.
+
+The batch's thread (the engine's batch-ahead thread, :mod:`turbofeed.engine.ahead`)
+then makes the batch (:meth:`ChunkedGpuDecode.batch`):
+
+1. one decoder call for every packed image (``decode_tensors`` where the decoder has
+   it: the headers were read natively, so nothing is parsed again);
+2. one batched crop, resize, flip and normalise
+   (:func:`~turbofeed.engine.gpu.resize_packed`: the decoded images joined in one
+   device buffer, the cuts gathered in one index op);
+3. the labels in one tensor.
+
+Positions a chunk leaves (not a JPEG the native reader takes, damaged, known bad, not
+a byte range of a local file) take the per-sample :meth:`GpuDecode.fill` and the
+bad-sample policy, as do images the GPU decoder refuses (decoded on the CPU, counted
+in ``stats.errors["gpu_fallback"]``): they join the batch in their positions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..plan import EpochPlan
+from ..transforms import Compose
+from ..transforms.batched import to_device
+from .chunks import ChunkReader
+from .decode_gpu import BatchDecoder, Encoded, GpuDecode
+from .gpu import cpu_decode, fall_back, resize_packed
+from .policy import PassPolicy
+from .work import SampleWork
+
+if TYPE_CHECKING:
+    from .stream import Job
+
+
+@dataclass(slots=True)
+class Pack:
+    """The rows of one chunk that the native reader took (row ``i`` for position
+    ``js[i]`` of the batch): the bytes as 1-D uint8 CPU tensors (views of ``buffer``),
+    ``table`` float64 (n, 7) (the window's box, output height and width, flip), the
+    header's ``sizes`` int64 (n, 2) and the ``labels``."""
+
+    js: np.ndarray
+    encoded: list[torch.Tensor]
+    table: np.ndarray
+    sizes: np.ndarray
+    labels: np.ndarray
+    buffer: np.ndarray
+    starts: np.ndarray
+
+
+@dataclass(slots=True)
+class Entries:
+    """A batch's buffer on the GPU path per chunk: the per-sample path's entries by
+    position (None where none), and the chunks' packs in the order they finished."""
+
+    slot: list[Encoded | None]
+    packs: list[Pack] = field(default_factory=list)
+
+    def __getitem__(self, j: int) -> Encoded | None:
+        return self.slot[j]
+
+    def __setitem__(self, j: int, entry: Encoded | None) -> None:
+        self.slot[j] = entry
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+@dataclass(slots=True)
+class Rows:
+    """A batch's decoded images by position, each with its window ``table`` row, its
+    ``sizes`` row and label (as :class:`Pack`'s), ``js`` ascending."""
+
+    js: np.ndarray
+    pixels: list[torch.Tensor]
+    table: np.ndarray
+    sizes: np.ndarray
+    labels: np.ndarray
+
+    @staticmethod
+    def of(js: list[int], entries: list[Any]) -> Rows:
+        """The rows of entries decoded one by one (``pixels`` and ``window`` set)."""
+        return Rows(np.asarray(js, np.int64), [e.pixels for e in entries],
+                    np.array([(*e.window.box, e.window.height, e.window.width, e.window.flip) for e in entries],
+                             np.float64).reshape(-1, 7),
+                    np.array([e.pixels.shape[1:] for e in entries], np.int64).reshape(-1, 2),
+                    np.array([e.label for e in entries], np.int64))
+
+    def take(self, keep: np.ndarray) -> Rows:
+        """The rows where ``keep`` (bool) holds."""
+        return Rows(self.js[keep], [p for p, k in zip(self.pixels, keep.tolist()) if k], self.table[keep],
+                    self.sizes[keep], self.labels[keep])
+
+    def joined(self, other: Rows) -> Rows:
+        """Both sets of rows, in position order."""
+        js = np.concatenate([self.js, other.js])
+        order = np.argsort(js, kind="stable")
+        pixels = self.pixels + other.pixels
+        return Rows(js[order], [pixels[k] for k in order.tolist()],
+                    np.concatenate([self.table, other.table])[order], np.concatenate([self.sizes, other.sizes])[order],
+                    np.concatenate([self.labels, other.labels])[order])
+
+
+class ChunkedGpuDecode(GpuDecode):
+    """decode.gpu whose feeding threads take a chunk of positions per task and whose
+    batch is made per batch (the module docstring).
+
+    Args:
+        chunk: positions per chunk (:func:`turbofeed.engine.chunks.chunk_size`); the
+            others as :class:`GpuDecode`.
+    """
+
+    def __init__(self, decoder: BatchDecoder, work: SampleWork, transform: Compose, plan: EpochPlan,
+                 policy: PassPolicy, *, batch_size: int, chunk: int, channels_last: bool = False) -> None:
+        super().__init__(decoder, work, transform, plan, policy, batch_size=batch_size, channels_last=channels_last)
+        self.info = replace(self.info, per_task=chunk, chunked=True)
+        self.reader = ChunkReader(work, plan, policy)
+        self.allocate = pinned if self.device.type == "cuda" else None
+        self.decode_tensors = getattr(decoder, "decode_tensors", None)
+
+    def acquire(self) -> Any:
+        return Entries([None] * self.batch_size)
+
+    # -- feeding threads -------------------------------------------------------------
+    def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
+        """Pack positions ``start .. stop - 1`` of ``job`` (their bytes, windows, labels);
+        returns the positions left for :meth:`GpuDecode.fill`.
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+        """
+        chunk = self.reader.read(job, start, stop, self.allocate)
+        ok = chunk.ok()
+        left = sorted(chunk.left + chunk.js[~ok].tolist())
+        rows = np.flatnonzero(ok)
+        if not len(rows):
+            return left
+        gids, heights, widths = chunk.gids[rows], chunk.heights[rows], chunk.widths[rows]
+        windows = self.work.windows(gids, heights, widths)
+        table = np.empty((len(rows), 7), np.float64)
+        table[:, :4] = windows.boxes
+        table[:, 4], table[:, 5], table[:, 6] = windows.height, windows.width, windows.flips
+        encoded = list(torch.from_numpy(chunk.buffer).split(chunk.sizes.tolist()))  # one view per row
+        if len(rows) < len(encoded):
+            encoded = [encoded[i] for i in rows.tolist()]
+        js = chunk.js[rows]
+        job.slot.packs.append(Pack(js, encoded, table, np.stack([heights, widths], 1).astype(np.int64),
+                                   self.work.dataset.labels[gids], chunk.buffer, chunk.starts[rows]))
+        job.ids[js] = gids
+        return left
+
+    # -- the batch's thread ------------------------------------------------------------
+    def batch(self, job: Job, entries: Any, positions: range,
+              started: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole batch (``positions`` is all of it) as ``(images, labels)``: the packs
+        decoded in one call, the per-sample entries in another, then one resize."""
+        transform = self.transform
+        assert transform is not None and transform.size is not None  # stacked batches have one size
+        singles = [j for j in positions if entries.slot[j] is not None]
+        held = self.decoded(job, entries.slot, singles) if singles else []  # the per-sample path's
+        rows = self.decode_packs(job, entries, held)
+        if held:  # entries by position (and refused images, decoded on the CPU) join the packed rows
+            rows = rows.joined(Rows.of(held, [entries.slot[j] for j in held]))
+        if rows.pixels:
+            out = resize_packed(rows.pixels, rows.sizes, rows.table, transform.size, transform.output,
+                                self.channels_last)
+        else:  # every sample of the batch was skipped
+            dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
+            out = torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
+        labels = to_device(torch.from_numpy(rows.labels), self.device)
+        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
+        return out, labels
+
+    def decode_packs(self, job: Job, entries: Entries, held: list[int]) -> Rows:
+        """The packs' rows decoded in one decoder call (``decode_tensors`` where the decoder
+        has it, else ``decode`` with a byte view of each: a decoder of bytes only); the
+        positions of images it refuses go through :meth:`refuse` and, where they then
+        hold a sample, onto ``held``."""
+        packs = sorted(entries.packs, key=lambda p: int(p.js[0]))
+        if not packs:
+            return Rows(np.empty(0, np.int64), [], np.empty((0, 7)), np.empty((0, 2), np.int64),
+                        np.empty(0, np.int64))
+        if self.decode_tensors is not None:
+            decoded = list(self.decode_tensors([t for p in packs for t in p.encoded]))
+        else:
+            datas: list[Any] = [p.buffer[first:first + len(t)].data
+                                for p in packs for first, t in zip(p.starts.tolist(), p.encoded)]
+            decoded = list(self.decoder.decode(datas))
+        rows = Rows(np.concatenate([p.js for p in packs]), decoded,
+                    np.concatenate([p.table for p in packs]), np.concatenate([p.sizes for p in packs]),
+                    np.concatenate([p.labels for p in packs]).astype(np.int64))
+        refused = [k for k, image in enumerate(decoded) if image is None]
+        if not refused:
+            return rows
+        held += self.refuse(job, entries, rows.js[refused].tolist())
+        keep = np.ones(len(decoded), bool)
+        keep[refused] = False
+        return rows.take(keep)
+
+    def refuse(self, job: Job, entries: Entries, refused: list[int]) -> list[int]:
+        """The positions whose images the GPU decoder refused, through the CPU fallback and
+        the policy (:func:`~turbofeed.engine.gpu.fall_back`); returns those that hold a
+        sample now (their entries CPU-decoded, ``pixels`` set)."""
+        def refill(gid: int, i: int) -> None:
+            data, window, image = cpu_decode(self.work, gid, self.transform, self.device)
+            entries[i] = Encoded(gid, data, window, int(self.work.dataset.labels[gid]), image)
+
+        return [j for j in refused if fall_back(job, j, self.plan, self.policy, refill)]
+
+
+def pinned(length: int) -> np.ndarray:
+    """``length`` bytes of pinned host memory (torch's caching host allocator reuses them
+    once the tensors viewing them are gone), as a NumPy array."""
+    return torch.empty(length, dtype=torch.uint8, pin_memory=True).numpy()
