@@ -84,6 +84,26 @@ def test_gpu_loader_matches_cpu_loader(shards):
         assert (g.cpu() - c).abs().mean() < 0.05  # normalised units; ~1 level of 8 bits is 0.017
 
 
+def test_gpu_feed_per_chunk_gives_the_per_sample_feed_bits(shards, monkeypatch):
+    """The per-chunk feed (pinned chunk buffers, decode_tensors, resize_packed's gather)
+    against the per-sample feed (decode of bytes, resize_batch): same decoder, same bits."""
+    from turbofeed.engine import choose
+    from turbofeed.engine.gpu_chunks import ChunkedGpuDecode, pinned
+
+    assert torch.from_numpy(pinned(16)).is_pinned()
+    kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True),
+              return_keys=True)
+    loader = turbofeed.DataLoader(shards, gpu_decode=True, **kw)
+    it = iter(loader)
+    assert isinstance(it.engine.decode, ChunkedGpuDecode)
+    chunked = [(x.cpu(), y.cpu(), k) for x, y, k in it]
+    monkeypatch.setattr(choose, "chunked", lambda *a, **k: False)
+    per_sample = [(x.cpu(), y.cpu(), k) for x, y, k in turbofeed.DataLoader(shards, gpu_decode=True, **kw)]
+    assert len(chunked) == len(per_sample)
+    for (x, y, k), (x2, y2, k2) in zip(chunked, per_sample):
+        assert k == k2 and torch.equal(y, y2) and torch.equal(x, x2)
+
+
 def test_hybrid_loader_matches_cpu_loader_and_splits_every_batch(shards):
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True),
               return_keys=True)
