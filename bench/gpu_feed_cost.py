@@ -16,10 +16,12 @@ cost the CPU can show, with everything else taken away:
             images, a 16 px output: next to no arithmetic, so what is left is Python and
             torch's per-op dispatch, what a GPU's queued kernels cost the host); the
             stand-in decoder's own time is subtracted
-  prepare   turbofeed's ``GpuDecoder`` per image before nvJPEG, batch 256: which images
-            are sent (``sendable``: JPEG, not CMYK/YCCK, under the pixel limit) and the CPU
-            byte tensors torchvision's ``decode_jpeg`` takes (with the part copied without
-            the GIL)
+  prepare   turbofeed's ``GpuDecoder`` per image before nvJPEG, batch 256: on the
+            per-chunk path ``decode_tensors``' own Python (the headers were read natively,
+            the byte tensors are views of the chunks' buffers); on the per-sample path which
+            images are sent (``sendable``: JPEG, not CMYK/YCCK, under the pixel limit) and
+            the CPU byte tensors torchvision's ``decode_jpeg`` takes (with the part copied
+            without the GIL)
 
 All in one thread (``num_workers=0``: the feeding work runs in the caller's thread, so
 the timers are exact; they read the thread's CPU time, so time spent preempted on a busy
