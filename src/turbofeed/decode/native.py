@@ -141,8 +141,9 @@ def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence
         check_scan: check the whole entropy-coded scan for damage, not only the rows
             down to the box's last (rows above the box are always checked): the rest of
             the scan is Huffman-decoded without IDCT, colour conversion or resize.
-            Loaders check a sample the first time they see it and remember it intact
-            (:mod:`turbofeed.engine.checked`), so the verdict does not depend on the crop.
+            Loaders check a sample until it is known intact (the dataset index's verdict,
+            or their own first check: :mod:`turbofeed.engine.checked`), so the verdict
+            does not depend on the crop.
 
     Raises:
         ImageTooLarge: more pixels than ``max_pixels``: a bad sample, do not fall back.
