@@ -1,4 +1,5 @@
-"""engine.checked: which samples' JPEG scans were found intact, per dataset and generation."""
+"""engine.checked: which samples' JPEG scans were found intact, per dataset and generation,
+starting from the dataset index's verdicts."""
 
 from __future__ import annotations
 
@@ -7,11 +8,27 @@ import os
 import threading
 
 import pytest
+from PIL import Image
 
+from turbofeed.decode import native
 from turbofeed.engine.checked import CheckedScans
 from turbofeed.io import Dataset
 
-from builders import small_jpeg, write_tar
+from builders import encode, small_jpeg, write_tar
+from image_cases import cut_scan, ones_in_scan, textured
+
+needs_native = pytest.mark.skipif(not native.built(), reason="the index checks scans with the native extension")
+
+
+@pytest.fixture
+def folders(tmp_path):
+    """Two class folders of 4 JPEGs each: no dataset index, so no verdict to start from."""
+    root = tmp_path / "images"
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(4):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(small_jpeg(c * 10 + i))
+    return str(root)
 
 
 @pytest.fixture
@@ -24,9 +41,9 @@ def shards(tmp_path):
     return paths
 
 
-def test_marks_are_per_dataset_and_sample(shards):
+def test_marks_are_per_dataset_and_sample(folders):
     checked = CheckedScans()
-    a, b = Dataset(shards, index=False), Dataset(shards, index=False)
+    a, b = Dataset(folders), Dataset(folders)
     assert not checked.intact(a, 3)
     checked.mark(a, 3)
     assert checked.intact(a, 3)
@@ -35,21 +52,33 @@ def test_marks_are_per_dataset_and_sample(shards):
     assert flags.dtype == bool and len(flags) == len(a) == 8 and flags.sum() == 1
 
 
-def test_a_dataset_whose_sources_changed_starts_unchecked(shards):
+@needs_native
+def test_samples_the_index_found_intact_start_checked(tmp_path):
+    intact = encode(Image.fromarray(textured(seed=1)), quality=90)
+    members = [("a.jpg", intact), ("b.jpg", cut_scan(intact, 0.85)), ("c.jpg", ones_in_scan(intact, 0.9)),
+               ("d.png", encode(Image.fromarray(textured(seed=2)), "PNG")), ("e.jpg", small_jpeg(3))]
+    path = write_tar(str(tmp_path / "mixed.tar"), members)
+    for index in (False, None):  # built in memory; built, written and mapped
+        assert CheckedScans().flags(Dataset(path, index=index)).tolist() == [True, False, False, False, True]
+
+
+@needs_native
+def test_a_dataset_whose_sources_changed_starts_again_from_its_index(shards):
     checked = CheckedScans()
     data = Dataset(shards, index=False)
-    checked.mark(data, 1)
+    assert checked.flags(data).all()  # the index found every scan intact
     write_tar(shards[0] + ".new", [(f"n_{i}.jpg", small_jpeg(50 + i)) for i in range(4)])
     os.replace(shards[0] + ".new", shards[0])
     assert data.refresh() == [shards[0]]
-    assert not checked.intact(data, 1)  # the verdict was about the old bytes
+    # the verdicts on the old bytes are gone: the re-indexed shard starts unchecked
+    assert checked.flags(data).tolist() == [False] * 4 + [True] * 4
     del data
     gc.collect()
     assert len(checked._flags) == 0  # a dropped dataset's flags went with it
 
 
-def test_threads_marking_at_once_never_lose_or_invent_a_mark(shards):
-    checked, data = CheckedScans(), Dataset(shards * 256, index=False)
+def test_threads_marking_at_once_never_lose_or_invent_a_mark(folders):
+    checked, data = CheckedScans(), Dataset([folders] * 256)
     n = len(data)
 
     def mark(parity: int) -> None:

@@ -1,10 +1,11 @@
 """A shard's part of the dataset index, built on arrays (io.dsindex.parts.shard_part,
 io.dsindex.grouping) with the native extension's reads and without them, against the
 per-sample path it replaced: the per-shard index's steps (``scan_members``,
-``sample_rows``, ``label_of``, ``probe_size``) applied one sample at a time, as the
-index was built before. Same arrays, same dtypes, same tables (in the same order),
-same header entry, for shards whose grouping, labels, names and images are each odd in
-their own way, for pax, GNU and cut shards (``tarfile``'s path), and for the benchmark's
+``sample_rows``, ``label_of``, ``probe_size``, and the loaders' scan check
+``decode.scan.check``) applied one sample at a time, as the index was built before.
+Same arrays, same dtypes, same tables (in the same order), same header entry, for
+shards whose grouping, labels, names and images are each odd in their own way (damaged
+JPEGs too), for pax, GNU and cut shards (``tarfile``'s path), and for the benchmark's
 shape of shard."""
 
 from __future__ import annotations
@@ -17,16 +18,34 @@ import tarfile
 
 import numpy as np
 import pytest
+from PIL import Image
 from builders import encode, photo, small_jpeg
+from image_cases import cut_scan, junk_before_marker, ones_in_scan, textured
 
-from turbofeed.decode import native
+from turbofeed.decode import native, scan
+from turbofeed.errors import ImageTooLarge
 from turbofeed.io.columns import BAD, INT, NAME, NONE
-from turbofeed.io.dsindex.parts import ShardPart, local_part, narrow
+from turbofeed.io.dsindex.parts import CHECK_PIXELS, ShardPart, local_part, narrow
 from turbofeed.io.local.index import label_of, no_image, no_samples, sample_rows, scan_members
 from turbofeed.io.local.tarscan import Window
 from turbofeed.decode.probe import probe_size
 
 PATHS = [False, True] if native.available() else [False]
+
+
+def scan_verdict(data: bytes, size: int) -> int:
+    """What a loader's first check of an image (``size`` bytes in its shard, ``data`` read)
+    says, as the index records it (native.SCAN_*): none without the extension, for what is
+    no JPEG, an image over the index's pixel limit, or one the file ends inside."""
+    if not native.built() or len(data) < max(4, size) or data[:2] != b"\xff\xd8":
+        return native.SCAN_UNKNOWN
+    try:
+        scan.check(data, max_pixels=CHECK_PIXELS)
+    except ImageTooLarge:
+        return native.SCAN_UNKNOWN
+    except ValueError:
+        return native.SCAN_DAMAGED
+    return native.SCAN_INTACT
 
 
 def per_sample_part(path: str) -> ShardPart:
@@ -36,7 +55,7 @@ def per_sample_part(path: str) -> ShardPart:
         pread, heads = Window(f.fileno()).pread, Window(f.fileno()).pread
         bad, keys, suffixes, names, exts = [], [], {}, {}, {}
         rows = {k: [] for k in ("suffix", "offset", "size", "kind", "value", "member_count", "height", "width",
-                                "member_ext", "member_offset", "member_size")}
+                                "scan", "member_ext", "member_offset", "member_size")}
         for key, image, group, label_raw in sample_rows(members, pread):
             name, at, nbytes = ("", 0, 0) if image is None else members[image]
             keys.append(key.encode("utf-8", "surrogateescape"))
@@ -46,6 +65,7 @@ def per_sample_part(path: str) -> ShardPart:
             h, w = (0, 0) if image is None else probe_size(lambda n: heads(n, at), nbytes)
             rows["height"].append(h)
             rows["width"].append(w)
+            rows["scan"].append(scan_verdict(pread(nbytes, at), nbytes) if h > 0 else native.SCAN_UNKNOWN)
             kind, value = NONE, 0
             if image is None:
                 kind, problem = BAD, no_image(group)
@@ -98,6 +118,10 @@ def _jpeg(**kw) -> bytes:
     return encode(photo(30, 41, seed=2), **kw)
 
 
+def _textured() -> bytes:
+    return encode(Image.fromarray(textured(seed=4)), quality=90)
+
+
 def _png() -> bytes:
     return encode(photo(12, 7), "PNG")
 
@@ -126,6 +150,9 @@ SHARDS = {
                ("i5.webp", encode(photo(6, 8), "WEBP")), ("i6.jpg", _jpeg(exif=b"Exif\0\0" + bytes(30_000))),
                ("i7.png", b"not a png"), ("i8.jpeg", encode(photo(8, 8).convert("L"))),
                ("i9.gif", encode(photo(4, 3), "GIF"))],
+    # a scan cut short, a bad Huffman code, junk before a header marker (not damage), intact
+    "damaged images": [("d0.jpg", cut_scan(_textured(), 0.85)), ("d1.jpg", ones_in_scan(_textured(), 0.9)),
+                       ("d2.jpg", junk_before_marker(_textured())), ("d3.jpg", _textured())],
     "empty tar": [],
 }
 
@@ -163,6 +190,10 @@ def test_a_part_equals_the_per_sample_path(shard_files, name, use_native):
         assert set(expected.names) == {"cat", "cow", "caf\ufffd", "é" * 40_000}
     if name == "images":
         assert 0 < int((expected.height > 0).sum()) < len(expected.height)
+        if native.built():  # intact JPEGs found intact (a cut one is not), the others not checked
+            assert expected.scan.tolist() == [1, 1, 0, 0, 0, 0, 1, 0, 1, 0]
+    if name == "damaged images" and native.built():
+        assert expected.scan.tolist() == [2, 2, 0, 1]  # junk before a marker: no size read, not checked
 
 
 def test_a_benchmark_shaped_shard_of_many_samples(tmp_path):

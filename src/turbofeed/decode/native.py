@@ -73,6 +73,13 @@ def available() -> bool:
     return _ENABLED
 
 
+def built() -> bool:
+    """True when the extension is built and loads (even under ``TURBOFEED_NATIVE=0``): its
+    verdicts on damage (:func:`scan_checks`, :mod:`turbofeed.decode.scan`) are about
+    correctness, not speed."""
+    return _crop is not None
+
+
 def status() -> tuple[bool, str, str | None]:
     """``(on, why, fix)``: whether the native decoder is in use, why (not), and how to
     get it (None when on). ``turbofeed doctor`` shows this."""
@@ -134,8 +141,9 @@ def crop_resize(data: bytes | bytearray | memoryview | np.ndarray, box: Sequence
         check_scan: check the whole entropy-coded scan for damage, not only the rows
             down to the box's last (rows above the box are always checked): the rest of
             the scan is Huffman-decoded without IDCT, colour conversion or resize.
-            Loaders check a sample the first time they see it and remember it intact
-            (:mod:`turbofeed.engine.checked`), so the verdict does not depend on the crop.
+            Loaders check a sample until it is known intact (the dataset index's verdict,
+            or their own first check: :mod:`turbofeed.engine.checked`), so the verdict
+            does not depend on the crop.
 
     Raises:
         ImageTooLarge: more pixels than ``max_pixels``: a bad sample, do not fall back.
@@ -247,6 +255,28 @@ def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 # A chunk of samples in one call without the GIL (chunk.c, windows.c, module_chunk.c):
 # the hot path's Python runs once per chunk around it (turbofeed.engine.chunks).
+
+#: :func:`scan_checks`' verdicts: not checked (the loader checks it when it first decodes
+#: it); its whole scan intact; damaged.
+SCAN_UNKNOWN, SCAN_INTACT, SCAN_DAMAGED = 0, 1, 2
+
+
+def scan_checks(fd: int, offsets: np.ndarray, sizes: np.ndarray, *, max_pixels: int | None = None) -> np.ndarray:
+    """Each image member's scan verdict (uint8 :data:`SCAN_INTACT`, :data:`SCAN_DAMAGED`,
+    :data:`SCAN_UNKNOWN`), ``sizes[i]`` bytes at ``offsets[i]`` of the file open as
+    ``fd``: its whole entropy-coded scan checked as :func:`turbofeed.decode.scan.check`
+    checks it (the same native check), for the dataset index. A member that is no JPEG
+    (only its first two bytes read), has more than ``max_pixels`` pixels (None: no limit)
+    or runs past the file's end is :data:`SCAN_UNKNOWN`. Works under ``TURBOFEED_NATIVE=0``
+    too (a verdict, not a speed-up); needs the extension (:func:`built`).
+
+    Raises:
+        OSError: a read failed.
+    """
+    out = _crop.scan_checks(fd, np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(sizes, np.int64),
+                            max_pixels=max_pixels or 0)
+    return np.frombuffer(out, np.uint8)
+
 
 #: :func:`read_chunk`'s statuses: read, a JPEG the crop decoder takes; read, for the
 #: general decoder; read, bad data (the per-sample path names it); the file changed; the

@@ -14,7 +14,8 @@ operations whatever the chunk's size:
    read, its crop window chosen from its size and the counter-based draws of (seed,
    epoch, id) (the windows the per-sample path draws, to the bit:
    :mod:`turbofeed.transforms.program`), decoded, resized, flipped and normalised into
-   its row of the slot, its whole scan checked where it was never checked intact;
+   its row of the slot, its whole scan checked where it is not known intact
+   (:mod:`turbofeed.engine.checked`: the dataset index's verdicts, then this process's);
 3. labels, ids, the checked flags and the stage times set for the chunk at once.
 
 The GPU path's feeding threads do steps 1-2 without the decode (:meth:`ChunkReader.read`:

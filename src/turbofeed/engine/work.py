@@ -134,7 +134,7 @@ class SampleWork:
             return None
         kernel: Callable[..., None] = native.resize
         extra: dict[str, bool] = {}
-        if size is None:  # a JPEG: its whole scan is checked the first time it is seen (engine/checked.py)
+        if size is None:  # a JPEG: its whole scan is checked until it is known intact (engine/checked.py)
             check = not CHECKED.intact(self.dataset, gid)
             kernel, extra = native.crop_resize, {"check_scan": check}
         started = time.perf_counter()

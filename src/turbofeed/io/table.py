@@ -150,6 +150,10 @@ class SampleTable:
         heights, widths: each image's size from its header (0: unknown), when the table
             comes from a dataset index (:mod:`turbofeed.io.dsindex`); None otherwise
             (:func:`turbofeed.io.sizes.image_sizes` probes them then).
+        scans: each image's scan verdict from a dataset index (uint8,
+            :data:`turbofeed.decode.native.SCAN_INTACT` where its whole scan was found
+            intact while indexing); None otherwise (loaders check each JPEG's scan the first
+            time they decode it: :mod:`turbofeed.engine.checked`).
     """
 
     keys: Sequence[str] = field(default_factory=list)
@@ -166,6 +170,7 @@ class SampleTable:
     member_size: np.ndarray = field(default_factory=_int64s)
     heights: np.ndarray | None = None
     widths: np.ndarray | None = None
+    scans: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)

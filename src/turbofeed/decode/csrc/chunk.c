@@ -1,5 +1,5 @@
 /* A chunk of samples without the GIL: reads and headers, then crop-window decodes into
- * slot rows (chunk.h). */
+ * slot rows; and the dataset index's scan checks of a shard's JPEGs (chunk.h). */
 #include "chunk.h"
 
 #include "windows.h"
@@ -62,6 +62,44 @@ void tf_chunk_read(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *o
         h[0] = read_one(j, fds[i], offsets[i], sizes[i], stamps + 3 * i, buf + starts[i], checks && checks[i],
                         max_pixels, h + 1);
     }
+}
+
+int tf_scan_checks(JpegWindow *j, int fd, const int64_t *offsets, const int64_t *sizes, size_t n,
+                   long long max_pixels, uint8_t *verdict) {
+    unsigned char *buf = NULL, soi[2];
+    int64_t held = 0;
+    int rc = 0;
+    memset(verdict, TF_SCAN_UNKNOWN, n);
+    for (size_t i = 0; i < n; i++) {
+        if (sizes[i] < 4) continue;
+        int64_t got = read_full(fd, soi, 2, offsets[i]); /* not a JPEG: its bytes are not read */
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        if (got < 2 || soi[0] != 0xFF || soi[1] != 0xD8) continue;
+        if (sizes[i] > held) {
+            free(buf);
+            buf = malloc((size_t)sizes[i]);
+            held = buf ? sizes[i] : 0;
+            if (!buf) {
+                rc = TF_SCAN_NOMEM;
+                break;
+            }
+        }
+        got = read_full(fd, buf, sizes[i], offsets[i]);
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        if (got != sizes[i]) continue; /* the file ends first: loaders find it short */
+        const int checked = tf_jpeg_check(j, buf, (size_t)sizes[i], max_pixels);
+        verdict[i] = checked == RC_OK ? TF_SCAN_INTACT : checked == RC_JPEG ? TF_SCAN_DAMAGED : TF_SCAN_UNKNOWN;
+    }
+    const int saved = errno;
+    free(buf);
+    errno = saved;
+    return rc;
 }
 
 static void wait_ns(long long ns) {

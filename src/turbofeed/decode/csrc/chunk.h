@@ -52,4 +52,19 @@ long long tf_chunk_run(JpegWindow *j, size_t n, const int32_t *fds, const int64_
                        const double *prog, uint64_t epoch_key, unsigned char *out, size_t row_bytes,
                        const Target *base, long long max_pixels, long long emulate_ns, int32_t *status);
 
+/* The dataset index's scan checks (turbofeed/io/dsindex/parts.py), what tf_scan_checks
+ * says of an image: not checked (not a JPEG, over max_pixels, the file ends before its
+ * end), its whole scan intact (tf_jpeg_check: what a loader's first check would say), or
+ * damaged (libjpeg's error or damage warning). */
+enum { TF_SCAN_UNKNOWN = 0, TF_SCAN_INTACT = 1, TF_SCAN_DAMAGED = 2 };
+enum { TF_SCAN_NOMEM = -2 };
+
+/* For each image i < n of the file open as fd (sizes[i] bytes at offsets[i]): its first
+ * two bytes read, and where they are a JPEG's SOI, all its bytes (one buffer of the
+ * largest, reused), its whole scan checked with tf_jpeg_check (max_pixels > 0: images
+ * over it are not checked); verdict[i] is a TF_SCAN_ code. Returns 0, TF_SCAN_NOMEM, or
+ * -1 with errno set (a read failed). */
+int tf_scan_checks(JpegWindow *j, int fd, const int64_t *offsets, const int64_t *sizes, size_t n,
+                   long long max_pixels, uint8_t *verdict);
+
 #endif

@@ -11,9 +11,10 @@
  * last row the filter reads, the rest of the scan is consumed (finish_scan: Huffman
  * decoding only, no IDCT, down to the last row; that row read; then on to EOI), so
  * damage below the window is seen as well as damage above it (the rows above are always
- * entropy-decoded by jpeg_skip_scanlines). Callers check a sample the first time they
- * see it and remember it intact (engine/checked.py), so it is good or bad in every
- * epoch, not only when its crop reaches the damage.
+ * entropy-decoded by jpeg_skip_scanlines). Callers check a sample until it is known
+ * intact (the dataset index's verdict, tf_jpeg_check run on its build threads, or their
+ * own first check: engine/checked.py), so it is good or bad in every epoch, not only
+ * when its crop reaches the damage.
  *
  * Errors: libjpeg errors, and its warnings that mean damaged data (is_damage: in the
  * scan, or a premature end), are RC_JPEG with libjpeg's message. Warnings before the

@@ -1,4 +1,4 @@
-/* The bindings of the dataset index's native reads (tarindex.c, jpeg_sizes.c) in
+/* The bindings of the dataset index's native reads (tarindex.c, jpeg_sizes.c, chunk.c) in
  * turbofeed.decode._crop: argument checks, the GIL released around the reads, results
  * as bytes (numpy.frombuffer makes arrays of them). Limited API only (module.c). */
 #define PY_SSIZE_T_CLEAN
@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "chunk.h"
 #include "jpeg_sizes.h"
 #include "module.h"
 #include "module_index.h"
@@ -160,6 +161,56 @@ PyObject *tf_py_jpeg_sizes(PyObject *self, PyObject *args) {
         Py_DECREF(out);
         raise_io(rc);
         return NULL;
+    }
+    return out;
+}
+
+const char tf_scan_checks_doc[] =
+    "scan_checks(fd, offsets, sizes, max_pixels=0) -> bytes\n"
+    "--\n\n"
+    "One uint8 verdict per image member at offsets (sizes bytes each; int64 arrays) of the\n"
+    "file open as fd: 1 its whole scan intact (check()'s verdict), 2 damaged, 0 not checked\n"
+    "(not a JPEG, more than max_pixels pixels (0: no limit), or the file ends before it).\n"
+    "Reads only the first two bytes of members that are no JPEG. Releases the GIL.\n"
+    "Raises OSError (a read failed).";
+
+PyObject *tf_py_scan_checks(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"fd", "offsets", "sizes", "max_pixels", NULL};
+    int fd;
+    PyObject *offsets, *sizes;
+    long long max_pixels = 0;
+    Py_buffer o, s;
+    size_t n;
+    int rc = 0, err = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOO|L:scan_checks", kwlist, &fd, &offsets, &sizes, &max_pixels))
+        return NULL;
+    if (pairs(offsets, sizes, &o, &s, &n) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (!out) {
+        PyBuffer_Release(&o);
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    uint8_t *dst = (uint8_t *)PyBytes_AsString(out);
+    Py_BEGIN_ALLOW_THREADS
+    JpegWindow *j = tf_thread_state();
+    if (!j) {
+        rc = TF_SCAN_NOMEM;
+    } else {
+        rc = tf_scan_checks(j, fd, (const int64_t *)o.buf, (const int64_t *)s.buf, n, max_pixels, dst);
+        err = errno;
+        tf_scratch_trim(tf_jpeg_scratch(j));
+        tf_thread_state_put(j);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&s);
+    if (rc != 0) {
+        Py_DECREF(out);
+        if (rc == TF_SCAN_NOMEM) return PyErr_NoMemory();
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
     }
     return out;
 }

@@ -1,8 +1,8 @@
 """``turbofeed index DATA``: every shard's part read in parallel, joined, written once.
 
-Local shards are read where they are (headers and label members only); ``s3://`` shards
-are downloaded one at a time per thread into a private temporary file, indexed and
-removed. Compressed shards and empty objects are listed without their samples (loaders
+Local shards are read where they are (headers, label members, and each JPEG's bytes: its
+scan checked, :mod:`.parts`); ``s3://`` shards are downloaded one at a time per thread
+into a private temporary file, indexed and removed. Compressed shards and empty objects are listed without their samples (loaders
 open those on their own, as without the index).
 """
 

@@ -5,7 +5,7 @@
     offset 0    b"TFINDEX1", header offset (uint64 LE), header length (uint64 LE),
                 checksum (uint32 LE), zeros to 64
     offset 64   array 0, zeros to the next multiple of 64, array 1, ...
-    header      UTF-8 JSON: {"format": "turbofeed.index", "version": 4, "arrays":
+    header      UTF-8 JSON: {"format": "turbofeed.index", "version": 5, "arrays":
                 {name: {"dtype": "<u4", "offset": o, "count": n}}, "shards": [...], ...}
     end         the header's last byte is the file's last byte
 
@@ -39,8 +39,9 @@ MAGIC = b"TFINDEX1"
 FORMAT = "turbofeed.index"
 # 2: samples without an image and label members over 64 KiB kept; 3: the checksum, and
 # each local shard's whole file identity (device, inode, ctime_ns too); 4: each image's
-# height and width (read from its header: aspect-ratio buckets)
-VERSION = 4
+# height and width (read from its header: aspect-ratio buckets); 5: each JPEG's scan
+# verdict (its whole entropy-coded data checked while indexing: loaders skip the check)
+VERSION = 5
 _ALIGN = 64
 _PREAMBLE = struct.Struct("<8sQQI")
 _SPAN = struct.Struct("<QQ")

@@ -143,7 +143,7 @@ class DatasetIndex:
             problems=[(key, why) for key, why in shard["problems"]],
             member_start=a["member_start"][s0:s1 + 1], member_ext=a["member_ext"], member_exts=self._exts,
             member_offset=a["member_offset"], member_size=a["member_size"])
-        table.heights, table.widths = a["height"][s0:s1], a["width"][s0:s1]
+        table.heights, table.widths, table.scans = a["height"][s0:s1], a["width"][s0:s1], a["scan"][s0:s1]
         if labels:  # samples a loader of labels cannot use: bad samples when fetched
             table.bad = {row: why for row, why in shard["bad"]}
         return table
@@ -225,7 +225,8 @@ def _check_counts(path: str, header: dict, a: dict[str, np.ndarray], samples: in
     Raises:
         DatasetError: naming the file and the count that disagrees.
     """
-    per_sample = ("key_end", "image_suffix", "offset", "size", "label_kind", "label_value", "height", "width")
+    per_sample = ("key_end", "image_suffix", "offset", "size", "label_kind", "label_value", "height", "width",
+                  "scan")
     members = sum(int(s["members"]) for s in header["shards"])
     wrong = [f"{name} holds {len(a[name])}" for name in per_sample if len(a[name]) != samples]
     if header.get("samples") != samples:

@@ -65,6 +65,7 @@ class ShardPart:
     member_size: np.ndarray = field(default_factory=_none)
     height: np.ndarray = field(default_factory=_none)
     width: np.ndarray = field(default_factory=_none)
+    scan: np.ndarray = field(default_factory=_none)
 
 
 def local_part(path: str, *, use_native: bool | None = None) -> ShardPart:
@@ -117,12 +118,13 @@ def shard_part(members: MemberArrays, damage: TarDamage | None, fd: int, *,
         rows = s.rows[member_start[i]:member_start[i + 1]]
         problems[i] = no_image({s.lower[e]: 0 for e in s.lext[rows].tolist()})
     height, width = _sizes(fd, offset, size, has_image, on)
+    scan = _scans(fd, offset, size, height > 0)
     damage = no_samples(damage, len(members), n)
     entry = {"samples": n, "members": len(s.rows), "problems": [],
              "damage": None if damage is None else damage.as_list(),
              "bad": [[i, problems[i]] for i in sorted(problems)]}
     arrays = {"suffix": suffix, "offset": offset, "size": size, "kind": kind, "value": value,
-              "member_count": s.count, "height": height, "width": width, "member_ext": s.ext,
+              "member_count": s.count, "height": height, "width": width, "scan": scan, "member_ext": s.ext,
               "member_offset": members.offset[s.rows], "member_size": members.size[s.rows]}
     return ShardPart(entry, s.key_blob, np.asarray(s.key_len, np.int64),
                      suffixes=suffixes, names=names, exts=s.exts,
@@ -204,6 +206,27 @@ def _sizes(fd: int, offset: np.ndarray, size: np.ndarray, has_image: np.ndarray,
     return height, width
 
 
+#: The largest image the index checks (Pillow's default limit): what it writes does not
+#: depend on the building process's limit, and no check decodes a decompression bomb.
+#: A larger one is checked by loaders whose limit lets them decode it.
+CHECK_PIXELS = 89_478_485
+
+
+def _scans(fd: int, offset: np.ndarray, size: np.ndarray, sized: np.ndarray) -> np.ndarray:
+    """Each sample's scan verdict (:data:`~turbofeed.decode.native.SCAN_INTACT`,
+    ``SCAN_DAMAGED``, ``SCAN_UNKNOWN``): the images whose size was read (``sized``) and
+    that are JPEGs, checked whole by the check every loader makes
+    (:func:`~turbofeed.decode.native.scan_checks`), up to :data:`CHECK_PIXELS` pixels;
+    the others, and all without the extension, unknown (loaders check those the first
+    time they decode them, as without the index). The extension checks under
+    ``TURBOFEED_NATIVE=0`` too: this is about which images are intact, not speed."""
+    scan = np.zeros(len(offset), np.uint8)
+    rows = np.flatnonzero(sized)
+    if len(rows) and native.built():
+        scan[rows] = native.scan_checks(fd, offset[rows], size[rows], max_pixels=CHECK_PIXELS)
+    return scan
+
+
 def unindexed_part(**identity) -> ShardPart:
     """A shard the dataset index lists without its samples (compressed, or an empty
     object): loaders open it on its own, as without the index."""
@@ -240,7 +263,7 @@ def indexed_part(header: dict, arrays: dict[str, np.ndarray], sample_start: np.n
         member_count=np.diff(starts), member_ext=np.array(arrays["member_ext"][m0:m1]),
         exts=table(header["member_exts"]), member_offset=np.array(arrays["member_offset"][m0:m1]),
         member_size=np.array(arrays["member_size"][m0:m1]), height=np.array(arrays["height"][s0:s1]),
-        width=np.array(arrays["width"][s0:s1]))
+        width=np.array(arrays["width"][s0:s1]), scan=np.array(arrays["scan"][s0:s1]))
 
 
 def narrow(values: np.ndarray, at_least: type = np.uint8) -> np.ndarray:
@@ -297,5 +320,6 @@ def join(parts: Sequence[ShardPart]) -> tuple[dict, dict[str, np.ndarray]]:
         "member_size": narrow(cat("member_size")),
         "height": narrow(cat("height"), np.uint16),  # 0: no size (no image, no readable header)
         "width": narrow(cat("width"), np.uint16),
+        "scan": cat("scan").astype(np.uint8),  # native.SCAN_*: 1 intact, 2 damaged, 0 not checked
     }
     return {"image_suffixes": suffixes, "member_exts": exts, "label_names": names}, arrays
