@@ -214,3 +214,13 @@ def test_shards_copied_from_the_old_index_equal_shards_read_again(tmp_path, capl
         assert (kept.describe(g), kept.image_name(g), kept.member_exts(g)) == \
             (fresh.describe(g), fresh.image_name(g), fresh.member_exts(g))
         assert kept.read(g) == fresh.read(g) and kept.read_member(g, "json") == fresh.read_member(g, "json")
+
+
+@pytest.mark.parametrize("cores, threads", [(2, 8), (32, 32), (200, 64)])
+def test_index_builds_use_every_core_they_may(monkeypatch, cores, threads):
+    """Indexing checks each JPEG's scan (about 1 ms an image, without the GIL): builds
+    take the cores this process may use, at least 8 (network reads overlap), at most 64."""
+    from turbofeed.io.dsindex import build
+
+    monkeypatch.setattr(build.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert build.default_threads() == threads
