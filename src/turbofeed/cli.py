@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "DATA/turbofeed.index for a writable folder or an s3:// gs:// az:// prefix, else the index cache; "
                        "elsewhere, pass index=PATH to DataLoader, Pipeline or Dataset)")
     index.add_argument("--threads", type=positive, metavar="N", default=None,
-                       help="shards indexed at once (default: the cores this process may use, 8 to 64)")
+                       help="shards indexed at once (default: local shards, the cores this process may use, "
+                            "8 to 64; remote shards, 8)")
     index.set_defaults(func=cmd_index)
 
     inspect = sub.add_parser("inspect", help="counts, classes, image sizes of a dataset", **common)

@@ -127,10 +127,15 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
                         unindexed=sum(bool(p.entry.get("per_shard")) for p in parts), note=note)
 
 
+#: Remote shards indexed at once by default (each a temporary copy on the local disk).
+REMOTE_THREADS = 8
+
+
 def default_threads() -> int:
     """Shards indexed at once by default: every core this process may use (each JPEG's
     scan is checked while indexing, native work without the GIL, about 1 ms an image),
-    at least 8 (reads of shards on network storage overlap), at most 64."""
+    at least 8 (reads of shards on network storage overlap), at most 64. Datasets with
+    remote shards take :data:`REMOTE_THREADS` (the scratch disk holds one copy each)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(8, min(64, cores))
 
@@ -149,7 +154,8 @@ def read_parts(located: Sequence[tuple[str, str]], *, infos: dict[str, ObjectInf
     todo = [k for k in range(len(located)) if k not in known]
     infos = infos or {}
     scratch = os.path.join(cache_dir or default_cache_dir(), "dataset-indexing")
-    threads = default_threads() if threads is None else threads
+    if threads is None:  # remote shards are each downloaded whole to scratch: as many at once as before
+        threads = default_threads() if all(kind == "tar" for kind, _ in located) else REMOTE_THREADS
     pool = Executor(max(1, min(threads, len(todo))), "index")
     try:
         futures = [pool.submit(_part, *located[k], infos.get(located[k][1]), client, scratch) for k in todo]
