@@ -21,7 +21,7 @@ Measured:
 - the GPU feeding path: a stand-in GPU decoder that waits without the GIL for
   batch / 15000 s per call (batched nvJPEG's rate on the H100) and returns (3, 8, 8)
   uint8 tensors (the loader cuts each image to its window's reach and resizes the batch
-  after the decoder, to a 16 px output here: on a GPU that arithmetic is the device's,
+  after the decoder, to a 2 px output here: on a GPU that arithmetic is the device's,
   on these 2 cores it would swamp what is measured); 16 feeding threads; ratio = images/s
   / 15000;
 - a stand-in training step per batch, 60 ms without the GIL (time.sleep: the GPU's work)
@@ -76,7 +76,7 @@ from turbofeed import transforms as T
 from turbofeed.decode import native
 
 from _results import write_block  # bench/ is sys.path[0] when run as a script
-from gpu_feed_cost import cpu_costs, emulated_decode, gpu_costs, per_sample_path
+from gpu_feed_cost import GPU_OUTPUT, cpu_costs, emulated_decode, gpu_costs, per_sample_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.join(HERE, ".data", "in1k")
@@ -86,7 +86,6 @@ BATCH = 256
 THREADS, QUICK_THREADS = (1, 8, 16, 32, 64), (1, 8, 16)
 NVJPEG_PER_S = 15000  # batched nvJPEG on the H100 (bench/RESULTS.md, GPU block)
 FEED_THREADS = 16
-GPU_OUTPUT = 16  # px: the GPU path's resize arithmetic is the device's (module docstring)
 STEP_WAIT_S, STEP_PYTHON_S = 0.060, 0.010  # a ResNet-50 step on an H100; its Python
 #: The per-sample path on the landed code (issue 35's table: 1000 images, best of 3 later epochs).
 ISSUE_35 = {1: 579, 8: 4487, 16: 6520, 32: 7035, 64: 7149}

@@ -13,7 +13,7 @@ cost the CPU can show, with everything else taken away:
   caller    the caller's thread per image (``GpuDecode.finish``: the decoder call, CPU
             fallback bookkeeping, crops to the window's reach, padding, the window tables,
             the resize's torch calls, labels) with a decoder that decodes nothing (8x8
-            images, a 16 px output: next to no arithmetic, so what is left is Python and
+            images, a 2 px output: next to no arithmetic, so what is left is Python and
             torch's per-op dispatch, what a GPU's queued kernels cost the host); the
             stand-in decoder's own time is subtracted
   prepare   turbofeed's ``GpuDecoder`` per image before nvJPEG, batch 256: on the
@@ -81,11 +81,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # 0.5 us, four per sample, the same before and after a change.
 clock = time.thread_time
 DEFAULT_DATA = os.path.join(HERE, ".data", "imagenet_like")
+#: px: the GPU path's output here. Its crop, resize and normalise are a GPU's arithmetic,
+#: queued by the host; on the CPU they are done, and even at 16 px a batch's 768 small
+#: matrix products cost about 10 us an image here (2026-11-28), more than the host's
+#: share of the same ops on a GPU. At 2 px, 3 us.
+GPU_OUTPUT = 2
 
 
 class TinyDecoder:
     """The decoder contract with no decoding: each image an (3, 8, 8) uint8 CPU tensor, so
-    the caller's torch ops (crop, pad, resize to a 16 px output) do next to no arithmetic
+    the caller's torch ops (crop, pad, resize to a ``GPU_OUTPUT`` px output) do next to no arithmetic
     and what remains is their Python and dispatch, the part that holds the GIL while a
     GPU runs the kernels. Its own time is kept, to be subtracted."""
 
@@ -331,7 +336,7 @@ def feed_thread_cpu(shards: list[str], batch_size: int, repeats: int) -> float:
     ``repeats`` epochs."""
     decoder = TinyDecoder()
     loader = turbofeed.DataLoader(shards, batch_size=batch_size, num_workers=1, shuffle=True, drop_last=True,
-                                  transform=T.imagenet_train(16), gpu_decode=decoder)
+                                  transform=T.imagenet_train(GPU_OUTPUT), gpu_decode=decoder)
     out = []
     try:
         for _ in loader:  # warm: scans checked, threads started
@@ -355,7 +360,7 @@ def gpu_costs(shards: list[str], batch_size: int, repeats: int, *, per_sample: b
     epoch there; ``threaded``: also ``feed_thread_cpu_us_per_sample`` (one more loader)."""
     decoder = TinyDecoder()
     loader = turbofeed.DataLoader(shards, batch_size=batch_size, num_workers=0, shuffle=True, drop_last=True,
-                                  transform=T.imagenet_train(16), gpu_decode=decoder)
+                                  transform=T.imagenet_train(GPU_OUTPUT), gpu_decode=decoder)
     try:  # each pass chooses its decode stage when it starts: the patches hold for the passes
         with per_sample_path(per_sample), Timers().installed() as timers, pread_timer() as reads, \
                 gil_free_timer() as native_s:
