@@ -391,6 +391,40 @@ def test_gpu_batches_are_decoded_one_ahead_on_their_own_thread(shards):
     assert sum(n for _, n in calls) == 120
 
 
+def test_a_batch_is_resized_on_a_second_thread_while_the_next_one_decodes(shards, monkeypatch):
+    """The two steps ahead of the consumer run on two threads: the resize of batch 1 waits
+    (bounded) for the decode of batch 2 to start, which it can only see if the two overlap."""
+    import threading
+
+    from turbofeed.engine import gpu_chunks
+
+    decoding: list[str] = []
+    started_second = threading.Event()
+    overlapped: list[bool] = []
+
+    class Decoder(TensorDecoder):
+        def decode_tensors(self, tensors):
+            decoding.append(threading.current_thread().name)
+            if len(decoding) == 2:
+                started_second.set()
+            return super().decode_tensors(tensors)
+
+    resize = gpu_chunks.resize_packed
+
+    def waiting_resize(*a, **k):
+        if not overlapped:
+            overlapped.append(started_second.wait(timeout=30))
+            overlapped.append(threading.current_thread().name)
+        return resize(*a, **k)
+
+    monkeypatch.setattr(gpu_chunks, "resize_packed", waiting_resize)
+    loader = turbofeed.DataLoader(shards, batch_size=20, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=Decoder())
+    assert sum(len(labels) for _, labels in loader) == 120
+    assert overlapped[0] is True
+    assert set(decoding) == {"turbofeed-decode.gpu-ahead-0-0"} and overlapped[1] == "turbofeed-decode.gpu-ahead-1-0"
+
+
 def test_an_error_in_the_ahead_batch_reaches_the_consumer_in_order(shards):
     from turbofeed.testing import CpuStandInDecoder
 

@@ -130,11 +130,27 @@ class GpuDecode:
         return self.complete(job, self.prepare(job))
 
     def prepare(self, job: Job) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """A stacked batch decoded and resized on the side stream (any thread: the engine
-        runs it one batch ahead of the consumer): ``(done event, images, labels)``."""
+        """A stacked batch decoded and resized on the side stream, both steps in this
+        thread: ``(done event, images, labels)``."""
+        return self.resize_ahead(job, self.decode_ahead(job))
+
+    def decode_ahead(self, job: Job) -> tuple[float, Any]:
+        """Step 1 of :meth:`prepare` (any thread: the engine runs it ahead of the consumer,
+        :mod:`turbofeed.engine.ahead`): the batch decoded on the side stream; ``(its
+        seconds, what :meth:`resize_ahead` takes)``."""
+        started = time.perf_counter()
+        with self.on_side_stream():
+            decoded = self.decode_part(job, job.slot, range(len(job)))
+        return time.perf_counter() - started, decoded
+
+    def resize_ahead(self, job: Job, step: tuple[float, Any]) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """Step 2 (another thread, while the next batch's step 1 runs): the batched resize
+        and the labels on the side stream; ``(done event, images, labels)``."""
+        seconds, decoded = step
         started = time.perf_counter()
         with self.on_side_stream() as done:
-            images, labels = self.batch(job, job.slot, range(len(job)), started)
+            images, labels = self.resize_part(decoded)
+        self.policy.stats.add_times(decode_gpu=seconds + time.perf_counter() - started)
         return done, images, labels
 
     def complete(self, job: Job, prepared: tuple[Any, torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,21 +159,38 @@ class GpuDecode:
         self.hand_over(done, images, labels)
         return images, labels
 
-    def batch(self, job: Job, entries: list[Any], positions: range,
+    def batch(self, job: Job, entries: Any, positions: range,
               started: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode and augment ``positions`` of a batch in one call each."""
+        """Decode and augment ``positions`` of a batch in one call each (both steps in this
+        thread, on the current stream: the hybrid stage's GPU share)."""
+        out = self.resize_part(self.decode_part(job, entries, positions))
+        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
+        return out
+
+    def decode_part(self, job: Job, entries: Any, positions: range) -> Any:
+        """``positions`` of the batch decoded: the entries that hold a sample, pixels set."""
+        return self.decode(job, entries, positions)
+
+    def resize_part(self, decoded: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`decode_part`'s entries cropped, resized, flipped and normalised in one
+        batched op, and their labels, on the device."""
         transform = self.transform
         assert transform is not None and transform.size is not None  # stacked batches have one size
-        kept = self.decode(job, entries, positions)
+        kept: list[Encoded] = decoded
         if kept:
             out = resize_batch([e.pixels for e in kept], [e.window for e in kept],  # type: ignore[misc]
                                transform.size, transform.output, self.channels_last)
         else:  # every sample of this part was skipped
-            dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
-            out = torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
+            out = self.empty_batch()
         labels = to_device(torch.tensor([e.label for e in kept], dtype=torch.int64), self.device)
-        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return out, labels
+
+    def empty_batch(self) -> torch.Tensor:
+        """The batch of a part whose every sample was skipped."""
+        transform = self.transform
+        assert transform is not None and transform.size is not None
+        dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
+        return torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
 
     def samples(self, job: Job) -> list[tuple[Encoded, torch.Tensor]]:
         """Each sample of the batch with its (H, W, 3) tensor on the device, in order (the

@@ -11,15 +11,16 @@ the chunk is one :class:`Pack`: the byte tensors the decoder takes (views of the
 buffer, made in one ``split``) and the rows' positions, windows, sizes and labels as
 arrays.
 
-The batch's thread (the engine's batch-ahead thread, :mod:`turbofeed.engine.ahead`)
-then makes the batch (:meth:`ChunkedGpuDecode.batch`):
+The batch's work runs ahead of the consumer in two steps on two threads
+(:mod:`turbofeed.engine.ahead`), so the decode of one batch overlaps the resize of the
+batch before:
 
-1. one decoder call for every packed image (``decode_tensors`` where the decoder has
-   it: the headers were read natively, so nothing is parsed again);
-2. one batched crop, resize, flip and normalise
+1. :meth:`ChunkedGpuDecode.decode_part`: one decoder call for every packed image
+   (``decode_tensors`` where the decoder has it: the headers were read natively, so
+   nothing is parsed again), the per-sample entries in another;
+2. :meth:`ChunkedGpuDecode.resize_part`: one batched crop, resize, flip and normalise
    (:func:`~turbofeed.engine.gpu.resize_packed`: the decoded images joined in one
-   device buffer, the cuts gathered in one index op);
-3. the labels in one tensor.
+   device buffer, the cuts gathered in one index op), and the labels in one tensor.
 
 Positions a chunk leaves (not a JPEG the native reader takes, damaged, known bad, not
 a byte range of a local file) take the per-sample :meth:`GpuDecode.fill` and the
@@ -29,7 +30,6 @@ in ``stats.errors["gpu_fallback"]``): they join the batch in their positions.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -167,26 +167,28 @@ class ChunkedGpuDecode(GpuDecode):
         return left
 
     # -- the batch's thread ------------------------------------------------------------
-    def batch(self, job: Job, entries: Any, positions: range,
-              started: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole batch (``positions`` is all of it) as ``(images, labels)``: the packs
-        decoded in one call, the per-sample entries in another, then one resize."""
-        transform = self.transform
-        assert transform is not None and transform.size is not None  # stacked batches have one size
+    def decode_part(self, job: Job, entries: Any, positions: range) -> Rows:
+        """The batch (``positions`` is all of it) decoded: the packs in one decoder call, the
+        per-sample path's entries in another, as rows in position order."""
         singles = [j for j in positions if entries.slot[j] is not None]
         held = self.decoded(job, entries.slot, singles) if singles else []  # the per-sample path's
         rows = self.decode_packs(job, entries, held)
         if held:  # entries by position (and refused images, decoded on the CPU) join the packed rows
             rows = rows.joined(Rows.of(held, [entries.slot[j] for j in held]))
+        return rows
+
+    def resize_part(self, decoded: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows cropped, resized, flipped and normalised in one batched op
+        (:func:`~turbofeed.engine.gpu.resize_packed`), and their labels, on the device."""
+        transform = self.transform
+        assert transform is not None and transform.size is not None  # stacked batches have one size
+        rows: Rows = decoded
         if rows.pixels:
             out = resize_packed(rows.pixels, rows.sizes, rows.table, transform.size, transform.output,
                                 self.channels_last)
         else:  # every sample of the batch was skipped
-            dtype = torch.uint8 if transform.output is None else getattr(torch, transform.output.torch_dtype)
-            out = torch.empty((0, 3, *transform.size), dtype=dtype, device=self.device)
-        labels = to_device(torch.from_numpy(rows.labels), self.device)
-        self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
-        return out, labels
+            out = self.empty_batch()
+        return out, to_device(torch.from_numpy(rows.labels), self.device)
 
     def decode_packs(self, job: Job, entries: Entries, held: list[int]) -> Rows:
         """The packs' rows decoded in one decoder call (``decode_tensors`` where the decoder

@@ -74,7 +74,8 @@ class Engine:
         # with streaming's fetch stage, which is told in this thread when reads are done
         self.ahead: Ahead | None = None
         if decode.info.ahead and num_workers and fetch is None:
-            self.ahead = Ahead(self.stream, cast(AheadStage, decode).prepare, decode.info.name)
+            stage = cast(AheadStage, decode)
+            self.ahead = Ahead(self.stream, (stage.decode_ahead, stage.resize_ahead), decode.info.name)
             # its thread holds the stream, so the stream's own finalizer cannot fire: an
             # engine dropped without close() (break, garbage collection) stops it here
             weakref.finalize(self, self.ahead.close)

@@ -57,9 +57,10 @@ class StageInfo:
     #: call (Python once per chunk: :mod:`turbofeed.engine.chunks`), returning the
     #: positions it left for the per-sample ``fill``.
     chunked: bool = False
-    #: The per-batch half runs one batch ahead of the consumer on a thread of its own
-    #: (``prepare(job)`` there, ``complete(job, prepared)`` in the consumer's thread), so
-    #: a GPU decode overlaps the consumer's training step (:class:`AheadStage`).
+    #: The per-batch half runs ahead of the consumer in two steps, each on a thread of
+    #: its own (``decode_ahead(job)``, then ``resize_ahead(job, decoded)``;
+    #: ``complete(job, prepared)`` in the consumer's thread), so a GPU decode overlaps
+    #: the consumer's training step and the batch before's resize (:class:`AheadStage`).
     ahead: bool = False
 
 
@@ -86,10 +87,19 @@ class ChunkStage(SampleStage, Protocol):
 
 
 class AheadStage(Protocol):
-    """A decode stage whose per-batch half splits in two (``info.ahead``)."""
+    """A decode stage whose per-batch half runs ahead of the consumer (``info.ahead``):
+    ``resize_ahead(job, decode_ahead(job))`` is :meth:`prepare`, in two steps."""
+
+    def decode_ahead(self, job: Job) -> Any:
+        """The batch's first step off the consumer's thread: the decoder call."""
+        ...
+
+    def resize_ahead(self, job: Job, decoded: Any) -> Any:
+        """Its second step, on another thread: the batched ops (device work queued)."""
+        ...
 
     def prepare(self, job: Job) -> Any:
-        """The batch's work that may run off the consumer's thread (device work queued)."""
+        """Both steps in the calling thread."""
         ...
 
     def complete(self, job: Job, prepared: Any) -> Any:
