@@ -2,12 +2,13 @@
 # Create .venv with PyTorch and turbofeed installed editable (idempotent).
 #
 # Usage: scripts/setup.sh [demo|test]
-#   demo   turbofeed's core dependencies and PyTorch: what `turbofeed bench` (the demo) needs
-#   test   that and the `test` extra (default): every library the test suite uses, DALI's
+#   demo   turbofeed's core dependencies only (NumPy, Pillow, ...): without PyTorch, the demo's
+#          `turbofeed bench` streams through turbofeed.Pipeline, the same engine
+#   test   PyTorch and the `test` extra (default): every library the test suite uses, DALI's
 #          424 MB wheel included, and in CI the tar programs and Azurite the tests compare with
 #
-# PyTorch is installed first, with an exact version, so the `torch>=2.1` of turbofeed's
-# extras is already met and pip never picks a build by itself. Which build:
+# For `test`, PyTorch is installed first, with an exact version, so the `torch>=2.1` of
+# turbofeed's extras is already met and pip never picks a build by itself. Which build:
 #   - TURBOFEED_TORCH_INDEX=URL set: torch from that index only (`pip --index-url URL`),
 #     e.g. https://download.pytorch.org/whl/cu126 for a given CUDA version;
 #   - an NVIDIA GPU here (nvidia-smi lists one): the index pip is configured with, PyPI by
@@ -32,10 +33,10 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 
-# --- PyTorch: the CUDA build where a GPU is, the CPU-only build elsewhere ----------------
+# --- PyTorch (tests only): the CUDA build where a GPU is, the CPU-only build elsewhere ---
 have=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || true)
-if [ "${have%%+*}" = "${TORCH#torch==}" ]; then
-    :  # already there (a rerun): whichever build it is, keep it
+if [ "$MODE" = demo ] || [ "${have%%+*}" = "${TORCH#torch==}" ]; then
+    :  # the demo needs none; or already there (a rerun): whichever build it is, keep it
 elif [ -n "${TURBOFEED_TORCH_INDEX:-}" ]; then
     "${PIP[@]}" --index-url "$TURBOFEED_TORCH_INDEX" "$TORCH"
 elif nvidia-smi -L >/dev/null 2>&1; then
