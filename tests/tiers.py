@@ -25,6 +25,7 @@ FAST_EXPRESSION = "not slow and not subprocess and not gpu and not packaging"
 
 TIERS: dict[str, tuple[str, ...]] = {
     "slow": (  # over 0.3 s in the full run, over 0.2 s in the fast one: docs/testing.md
+        "tests/test_bench_numpy.py",
         "tests/dali/test_docs.py",
         "tests/dali/test_objects.py",
         "tests/dali/test_reader.py",
