@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import tiers
 from builders import encode, photo, write_tar
 from turbofeed._datagen import make_imagenet_like
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tiers (tests/tiers.py, one table): ``-m "not slow"`` and
+    ``bash scripts/test.sh --fast`` select by them."""
+    for item in items:
+        try:
+            relpath = item.path.resolve().relative_to(ROOT).as_posix()
+        except ValueError:  # a test file outside this checkout (pytest's own tests of plugins)
+            continue
+        for tier in tiers.tiers_of(relpath, item.nodeid):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m``, a file or folder whose every test the expression deselects by its tiers
+    is not imported at all (``--fast`` then skips collecting the slow files)."""
+    expression = config.getoption("markexpr", "")
+    if not expression:
+        return None
+    try:
+        relpath = collection_path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    if collection_path.is_dir():
+        relpath += "/"
+    return True if tiers.leaves_out(relpath, expression) else None
 
 
 @pytest.fixture(autouse=True)

@@ -126,3 +126,38 @@ def test_find_backend_names_a_backend_that_fails_to_import(tmp_path):
                           env={**os.environ, "PYTHONPATH": _broken_torchvision(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "(None," in done.stdout and "operator torchvision::nms does not exist" in done.stdout
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["nvidia-gpu", "cpu-only"])
+def test_without_torch_the_fix_installs_the_build_for_this_machine(monkeypatch, gpu):
+    """#38: the fix was `pip install 'turbofeed[torch]'`, which resolves PyPI's multi-GB CUDA
+    build on a CPU-only machine too. Now: PyPI's (CUDA) torch where an NVIDIA GPU is, the
+    CPU-only build from PyTorch's CPU index elsewhere, as the README and scripts/setup.sh say."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    monkeypatch.setattr(_doctor, "_nvidia_gpu", lambda: gpu)
+    entry, torch = _doctor._torch()
+    assert torch is None and not entry["on"] and "not installed" in entry["why"]
+    cpu_command = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    if gpu:
+        assert entry["fix"].startswith("pip install torch (") and "--index-url" not in entry["fix"]
+    else:
+        assert entry["fix"].startswith(cpu_command)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    with open(os.path.join(root, "scripts", "setup.sh")) as f:
+        setup = f.read()
+    assert cpu_command in readme and "CPU_INDEX=https://download.pytorch.org/whl/cpu" in setup
+
+
+def test_nvidia_gpu_is_found_without_torch(monkeypatch, tmp_path):
+    """An ``nvidia-smi`` that lists a GPU says there is one; one that fails, or none, not."""
+    monkeypatch.setattr(_doctor, "_NVIDIA_GPUS", str(tmp_path / "no-driver"))
+    smi = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _doctor._nvidia_gpu() is False
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-1)'\n")
+    smi.chmod(0o755)
+    assert _doctor._nvidia_gpu() is True
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert _doctor._nvidia_gpu() is False

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import platform
+import shutil
+import subprocess
 import sys
 from importlib import metadata
 from typing import Any
 
-TORCH_FIX = "pip install 'turbofeed[torch]'"
+# PyPI's Linux torch wheel is the CUDA build (several GB with its nvidia-* wheels): right
+# where a GPU is; elsewhere the CPU-only build comes from PyTorch's own CPU wheel index.
+TORCH_GPU_FIX = ("pip install torch (from PyPI: the CUDA build; another CUDA version: "
+                 "https://pytorch.org/get-started/locally/)")
+TORCH_CPU_FIX = ("pip install torch --index-url https://download.pytorch.org/whl/cpu (the CPU-only build, "
+                 "no NVIDIA GPU here; PyPI's torch is the multi-GB CUDA build)")
 CUDA_TORCH_FIX = ("install a CUDA build of PyTorch: the pip command for your CUDA version is at "
                   "https://pytorch.org/get-started/locally/")
 GPU_BACKEND_FIX = ("pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' (CUDA 12: -cu12; or torchvision built for "
@@ -23,6 +31,7 @@ BROKEN_BACKEND_FIX = ("reinstall the backend for this torch: pip install --force
                       "(the build for your torch version: https://pytorch.org/get-started/locally/)")
 GDS_FIX = "pip install 'turbofeed[gds]'"
 S3_FIX = "pip install 'turbofeed[s3]'"
+_NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # the driver's folder per GPU
 _GPU_MODULES = {"nvimgcodec": "nvidia.nvimgcodec", "torchvision": "torchvision.io"}
 
 
@@ -57,12 +66,34 @@ def _threads() -> dict[str, Any]:
     return _entry(True, choose_threads().why)
 
 
+def _nvidia_gpu() -> bool:
+    """Whether an NVIDIA GPU is here without asking torch: the driver's ``/proc`` entry or
+    ``nvidia-smi`` listing one (``/proc/driver/nvidia`` is missing in some containers)."""
+    if os.path.isdir(_NVIDIA_GPUS) and os.listdir(_NVIDIA_GPUS):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and "GPU" in done.stdout
+
+
+def torch_fix(gpu: bool | None = None) -> str:
+    """The command that installs the PyTorch build for this machine: PyPI's CUDA build
+    where an NVIDIA GPU is (``gpu``; None: look), the CPU-only build from PyTorch's CPU
+    wheel index elsewhere."""
+    return TORCH_GPU_FIX if (_nvidia_gpu() if gpu is None else gpu) else TORCH_CPU_FIX
+
+
 def _torch() -> tuple[dict[str, Any], Any]:
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - a broken install is "off", with its error
         return _entry(False, f"not installed ({type(exc).__name__}: {exc}); turbofeed.DataLoader needs it",
-                      TORCH_FIX), None
+                      torch_fix()), None
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
     return _entry(True, f"PyTorch {torch.__version__} ({build})"), torch
 
@@ -72,7 +103,7 @@ def _cuda(status: Any, torch: Any) -> dict[str, Any]:
         names = ", ".join(sorted({d["name"] for d in status.devices}))
         return _entry(True, f"{status.cuda_why}: {names}")
     if torch is None:
-        fix = f"{TORCH_FIX}, then {CUDA_TORCH_FIX}"
+        fix = TORCH_GPU_FIX  # CUDA needs torch's CUDA build, whatever this machine has
     elif torch.version.cuda is None:
         fix = CUDA_TORCH_FIX
     else:
@@ -91,7 +122,7 @@ def _gpu_decoder(cuda: dict[str, Any], torch: Any) -> dict[str, Any]:
     if name is not None:
         return _entry(True, f"{reason} ({backends}); used with gpu_decode=True")
     if torch is None:
-        fix = TORCH_FIX
+        fix = TORCH_GPU_FIX
     elif broken:
         fix = BROKEN_BACKEND_FIX if cuda["on"] else f"{cuda['fix']}; and {BROKEN_BACKEND_FIX}"
     elif not cuda["on"]:

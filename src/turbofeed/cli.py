@@ -7,6 +7,7 @@ Every failure ends as one ``turbofeed: error: ...`` line on stderr with exit sta
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -170,6 +171,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         _plot.require()  # a missing matplotlib fails now, not after the benchmark
     data = args.data or _demo_dataset(args.count)
+    if not args.plot and importlib.util.find_spec("torch") is None:  # the demo's core-only .venv
+        from . import _bench_numpy
+
+        return _bench_numpy.run(args, data, _transform_for(args.pipeline, args.size))
     loader = turbofeed.DataLoader(data, batch_size=args.batch_size, num_workers=args.workers,
                                   shuffle=True, seed=0, transform=_transform_for(args.pipeline, args.size))
     print(f"{loader.num_samples} samples, {len(loader)} batches of {args.batch_size}, "
