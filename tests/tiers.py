@@ -25,6 +25,16 @@ FAST_EXPRESSION = "not slow and not subprocess and not gpu and not packaging"
 
 TIERS: dict[str, tuple[str, ...]] = {
     "slow": (  # over 0.3 s in the full run, over 0.2 s in the fast one: docs/testing.md
+        "tests/engine/test_chunks.py::test_packs_go_to_decode_tensors_in_one_call_per_batch_with_the_per_sample_batches",
+        "tests/engine/test_chunks.py::test_refused_images_are_decoded_on_the_cpu_in_their_places",
+        "tests/engine/test_chunks.py::test_per_sample_positions_and_bad_samples_join_the_packs_in_order",
+        "tests/engine/test_chunks.py::test_a_batch_is_resized_on_a_second_thread_while_the_next_one_decodes",
+        "tests/test_scan_verdicts.py",
+        "tests/io/stores/test_credentials.py::test_azure_from_the_connection_string_variable_under_every_spelling",
+        "tests/io/stores/test_credentials.py::test_use_development_storage_reaches_azurite",
+        "tests/io/stores/test_credentials.py::test_a_missing_azure_prefix_or_blob_is_named",
+        "tests/decode/test_cpu.py::test_truncated_real_jpeg_and_png_raise",
+        "tests/test_loader.py::test_normalized_output_equals_normalized_uint8",
         "tests/test_bench_numpy.py",
         "tests/dali/test_docs.py",
         "tests/dali/test_objects.py",
@@ -45,7 +55,6 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/decode/test_native_arrays.py::test_random_boxes_give_the_python_paths_bytes",
         "tests/decode/test_native_windows.py::test_native_windows_equal_python_and_numpy_to_the_bit",
         "tests/decode/test_orientation.py::test_loader_applies_exif_orientation",
-        "tests/engine/test_checked.py::test_a_dataset_whose_sources_changed_starts_unchecked",
         "tests/engine/test_checked.py::test_threads_marking_at_once_never_lose_or_invent_a_mark",
         "tests/engine/test_chunks.py::test_a_gpu_loop_left_early_stops_its_batch_thread",
         "tests/engine/test_chunks.py::test_a_read_error_is_a_storage_error_naming_the_shard",
