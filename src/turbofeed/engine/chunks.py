@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -139,16 +138,11 @@ class ChunkReader:
             return js, gids, []
         return js[go], gids[go], js[~go].tolist()
 
-    def read(self, job: Job, start: int, stop: int,
-             allocate: Callable[[int], np.ndarray] | None = None) -> Chunk:
+    def read(self, job: Job, start: int, stop: int) -> Chunk:
         """Read positions ``start .. stop - 1`` of ``job`` into a new buffer (the bytes
         outlive this call: the GPU path hands them to the consumer), check the scans
         never checked intact (then marked) and the pixel limit
         (:data:`~turbofeed.decode.native.READ_BAD`).
-
-        Args:
-            allocate: makes the uint8 buffer of a given length (default ``np.empty``; the
-                GPU path's is pinned memory the device copies from without staging).
 
         Raises:
             StorageError: a shard vanished, changed or failed to read.
@@ -159,7 +153,7 @@ class ChunkReader:
         starts = np.zeros(len(gids), dtype=np.int64)
         np.cumsum(files.sizes[:-1], out=starts[1:])
         total = int(files.sizes.sum())
-        buffer = np.empty(total, np.uint8) if allocate is None else allocate(total)
+        buffer = np.empty(total, np.uint8)
         checks = ~self.checked[gids]
         head = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer, starts, checks=checks,
                                  max_pixels=self.work.max_pixels)

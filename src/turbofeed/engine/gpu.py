@@ -262,8 +262,8 @@ def resize_packed(pixels: Sequence[torch.Tensor], sizes: np.ndarray, table: np.n
     tail = max(int(sizes[:, 1].max()), 1)  # the last image's cut rows read up to this far past its end
     flat = flatten(pixels, tail)
     if flat.numel() != 3 * int((sizes[:, 0] * sizes[:, 1]).sum()) + tail:  # a decoder's size differs: use its
-        shapes = itertools.chain.from_iterable(p.shape for p in pixels)
-        sizes = np.fromiter(shapes, np.int64, 3 * n).reshape(n, 3)[:, 1:]
+        dims = itertools.chain.from_iterable(p.shape for p in pixels)
+        sizes = np.fromiter(dims, np.int64, 3 * n).reshape(n, 3)[:, 1:]
         if int(sizes[:, 1].max()) > tail:
             tail = int(sizes[:, 1].max())
             flat = flatten(pixels, tail)

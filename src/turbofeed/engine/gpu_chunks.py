@@ -2,8 +2,9 @@
 number of Python operations per chunk or batch, not per image.
 
 A feeding thread's task is a chunk of positions (:class:`ChunkedGpuDecode.fill_chunk`):
-one native call reads the chunk's bytes into one buffer (pinned memory on a CUDA device,
-which the decoder's copies read without staging), checks each shard's identity, reads
+one native call reads the chunk's bytes into one buffer (pageable memory, not pinned: the
+decoder's copies from it may still be queued when it returns, and nothing here could
+tell when a pinned block is free to reuse), checks each shard's identity, reads
 the headers, refuses images over the pixel limit and checks the scans never checked
 intact (:class:`~turbofeed.engine.chunks.ChunkReader`); the windows come from the
 transform's native program (:meth:`SampleWork.windows`). What the consumer needs of
@@ -132,7 +133,6 @@ class ChunkedGpuDecode(GpuDecode):
         super().__init__(decoder, work, transform, plan, policy, batch_size=batch_size, channels_last=channels_last)
         self.info = replace(self.info, per_task=chunk, chunked=True)
         self.reader = ChunkReader(work, plan, policy)
-        self.allocate = pinned if self.device.type == "cuda" else None
         self.decode_tensors = getattr(decoder, "decode_tensors", None)
 
     def acquire(self) -> Any:
@@ -146,7 +146,7 @@ class ChunkedGpuDecode(GpuDecode):
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
-        chunk = self.reader.read(job, start, stop, self.allocate)
+        chunk = self.reader.read(job, start, stop)
         ok = chunk.ok()
         left = sorted(chunk.left + chunk.js[~ok].tolist())
         rows = np.flatnonzero(ok)
@@ -226,8 +226,3 @@ class ChunkedGpuDecode(GpuDecode):
 
         return [j for j in refused if fall_back(job, j, self.plan, self.policy, refill)]
 
-
-def pinned(length: int) -> np.ndarray:
-    """``length`` bytes of pinned host memory (torch's caching host allocator reuses them
-    once the tensors viewing them are gone), as a NumPy array."""
-    return torch.empty(length, dtype=torch.uint8, pin_memory=True).numpy()
