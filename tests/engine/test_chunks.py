@@ -409,7 +409,7 @@ def test_a_batch_is_resized_on_a_second_thread_while_the_next_one_decodes(shards
                 started_second.set()
             return super().decode_tensors(tensors)
 
-    resize = gpu_chunks.resize_packed
+    resize = gpu_chunks.resize_joined
 
     def waiting_resize(*a, **k):
         if not overlapped:
@@ -417,7 +417,7 @@ def test_a_batch_is_resized_on_a_second_thread_while_the_next_one_decodes(shards
             overlapped.append(threading.current_thread().name)
         return resize(*a, **k)
 
-    monkeypatch.setattr(gpu_chunks, "resize_packed", waiting_resize)
+    monkeypatch.setattr(gpu_chunks, "resize_joined", waiting_resize)
     loader = turbofeed.DataLoader(shards, batch_size=20, num_workers=2, transform=T.imagenet_train(32),
                                   gpu_decode=Decoder())
     assert sum(len(labels) for _, labels in loader) == 120

@@ -103,6 +103,23 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_bits(shards, monkeypatch):
         assert k == k2 and torch.equal(y, y2) and torch.equal(x, x2)
 
 
+def test_the_same_batch_decoded_200_times_is_right_every_time(shard_paths):
+    """The reproducer of nvJPEG's batched-decode race on H100 (torchvision PR #9606:
+    outputs written into blocks the caller's stream still used): the same batch through
+    the GPU loader 200 times, while the resize of one batch overlaps the decode of the
+    next, each time within nvJPEG's distance of the CPU loader's pixels."""
+    kw = dict(batch_size=40, num_workers=2, shuffle=False, transform=T.imagenet_eval(64))
+    want = torch.cat([x for x, _ in turbofeed.DataLoader(shard_paths[0], **kw)])
+    loader = turbofeed.DataLoader(shard_paths[0], gpu_decode=True, **kw)
+    bad = []
+    for epoch in range(200):
+        got = torch.cat([x.cpu() for x, _ in loader])
+        diff = (got.float() - want.float()).abs().mean().item()
+        if not diff < NVJPEG_MEAN_DIFF:
+            bad.append((epoch, diff))
+    assert not bad and loader.stats.errors.get("gpu_fallback", 0) == 0
+
+
 def test_hybrid_loader_matches_cpu_loader_and_splits_every_batch(shards):
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True),
               return_keys=True)

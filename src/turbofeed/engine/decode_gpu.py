@@ -21,7 +21,7 @@ from ..decode.orientation import upright_chw
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
 from ..transforms.batched import to_device
-from .gpu import cpu_decode, decode_job, header_window, refuse_damage, resize_batch, side_stream
+from .gpu import cpu_decode, decode_job, decode_stream, header_window, refuse_damage, resize_batch, side_stream
 from .policy import PassPolicy
 from .stages import StageInfo
 from .work import SampleWork
@@ -84,7 +84,9 @@ class GpuDecode:
         self.stacked = stacked
         self.channels_last = channels_last
         self.device = torch.device(decoder.device)
-        self.stream = side_stream(self.device) if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
+        self.stream = side_stream(self.device) if cuda else None
+        self.decode_stream = decode_stream(self.device) if cuda else None
         if stacked:  # one batch ahead on a thread of its own: the decode overlaps the consumer's step
             self.info = replace(self.info, ahead=True)
 
@@ -134,21 +136,31 @@ class GpuDecode:
         thread: ``(done event, images, labels)``."""
         return self.resize_ahead(job, self.decode_ahead(job))
 
-    def decode_ahead(self, job: Job) -> tuple[float, Any]:
+    def decode_ahead(self, job: Job) -> tuple[float, Any, Any]:
         """Step 1 of :meth:`prepare` (any thread: the engine runs it ahead of the consumer,
-        :mod:`turbofeed.engine.ahead`): the batch decoded on the side stream; ``(its
-        seconds, what :meth:`resize_ahead` takes)``."""
+        :mod:`turbofeed.engine.ahead`): the batch decoded on the decode stream
+        (:func:`~turbofeed.engine.gpu.decode_stream`, synchronised first: what it still
+        runs may use blocks the decoder is given); ``(its seconds, what
+        :meth:`resize_ahead` takes, the event that marks its end)``."""
         started = time.perf_counter()
-        with self.on_side_stream():
+        with _SideStream(self.decode_stream) as decoded_done:
+            if self.decode_stream is not None:
+                self.decode_stream.synchronize()
             decoded = self.decode_part(job, job.slot, range(len(job)))
-        return time.perf_counter() - started, decoded
+        return time.perf_counter() - started, decoded, decoded_done
 
-    def resize_ahead(self, job: Job, step: tuple[float, Any]) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    def resize_ahead(self, job: Job, step: tuple[float, Any, Any]) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """Step 2 (another thread, while the next batch's step 1 runs): the batched resize
-        and the labels on the side stream; ``(done event, images, labels)``."""
-        seconds, decoded = step
+        and the labels on the side stream, after the decode stream's work; ``(done
+        event, images, labels)``."""
+        seconds, decoded, decoded_done = step
         started = time.perf_counter()
         with self.on_side_stream() as done:
+            side = self.stream
+            if decoded_done is not None and side is not None:
+                side.wait_event(decoded_done)
+                for t in self.device_tensors(decoded):  # freed blocks wait for the side stream's reads
+                    t.record_stream(side)
             images, labels = self.resize_part(decoded)
         self.policy.stats.add_times(decode_gpu=seconds + time.perf_counter() - started)
         return done, images, labels
@@ -162,7 +174,11 @@ class GpuDecode:
     def batch(self, job: Job, entries: Any, positions: range,
               started: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode and augment ``positions`` of a batch in one call each (both steps in this
-        thread, on the current stream: the hybrid stage's GPU share)."""
+        thread, on the current stream: the hybrid stage's GPU share). The stream is
+        synchronised first: the decoder may be given blocks its queued work still uses
+        (:func:`~turbofeed.engine.gpu.decode_stream` says why)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         out = self.resize_part(self.decode_part(job, entries, positions))
         self.policy.stats.add_times(decode_gpu=time.perf_counter() - started)
         return out
@@ -170,6 +186,10 @@ class GpuDecode:
     def decode_part(self, job: Job, entries: Any, positions: range) -> Any:
         """``positions`` of the batch decoded: the entries that hold a sample, pixels set."""
         return self.decode(job, entries, positions)
+
+    def device_tensors(self, decoded: Any) -> list[torch.Tensor]:
+        """What :meth:`resize_part` reads of :meth:`decode_part`'s result on the device."""
+        return [e.pixels for e in decoded]
 
     def resize_part(self, decoded: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`decode_part`'s entries cropped, resized, flipped and normalised in one

@@ -29,24 +29,39 @@ from ..transforms.batched import default_budget, float_bytes, reaches, resample_
 from ..transforms.output import OutputSpec
 
 
-_STREAMS: dict[torch.device, Any] = {}
+_STREAMS: dict[tuple[torch.device, str], Any] = {}
 _STREAMS_LOCK = threading.Lock()
 
 
-def side_stream(device: torch.device) -> Any:
-    """The process's one side stream on CUDA ``device`` for loader work (decode, resize,
-    host-to-device copies); ``device`` names its index.
+def side_stream(device: torch.device, role: str = "side") -> Any:
+    """The process's one stream of ``role`` on CUDA ``device`` for loader work: ``"side"``
+    (resize, host-to-device copies), ``"decode"`` (the decoder's outputs: :func:`decode_stream`);
+    ``device`` names its index.
 
     PyTorch's caching allocator keeps a freed block for the stream it was allocated on. A
     new stream per pass left each epoch's cached blocks unusable to the next: on an H100,
     2 GiB more reserved and 32 MiB more allocated after every epoch of the GPU loader. One
-    stream per device, for the life of the process, reuses them.
+    stream per device and role, for the life of the process, reuses them.
     """
     with _STREAMS_LOCK:
-        stream = _STREAMS.get(device)
+        stream = _STREAMS.get((device, role))
         if stream is None:
-            stream = _STREAMS[device] = torch.cuda.Stream(device)
+            stream = _STREAMS[device, role] = torch.cuda.Stream(device)
         return stream
+
+
+def decode_stream(device: torch.device) -> Any:
+    """The stream the GPU decoder's outputs are made on, apart from the side stream.
+
+    torchvision allocates its outputs on the caller's current stream but writes them on
+    a stream of its own without waiting for the caller's (gpu-review S7; nvJPEG's batched
+    decode on an H100 raced the same way, torchvision PR #9606): a block freed while
+    work queued on the current stream still uses it can be written under that work. So
+    the decoder runs on a stream of its own that holds nothing else but the joining of
+    its outputs, synchronised before each decode (:meth:`GpuDecode.decode_ahead`); the
+    side stream waits for it by event and keeps what it reads from it by
+    ``record_stream``, so the resize of one batch runs while the next one decodes."""
+    return side_stream(device, "decode")
 
 
 def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -258,15 +273,31 @@ def resize_packed(pixels: Sequence[torch.Tensor], sizes: np.ndarray, table: np.n
             width``, flip (1.0 mirrors).
         size, output, channels_last, budget: as :func:`resize_batch`.
     """
+    return resize_joined(*join_images(pixels, sizes), table, size, output, channels_last, budget)
+
+
+def join_images(pixels: Sequence[torch.Tensor], sizes: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+    """The first half of :func:`resize_packed`: the images joined in one flat tensor on
+    their device (:func:`flatten`, with as many zeros after them as the widest image is
+    wide: the last image's cut rows read up to that far past its end) and their sizes
+    (``sizes``, or the images' own shapes where a decoder's differ)."""
     n = len(pixels)
-    tail = max(int(sizes[:, 1].max()), 1)  # the last image's cut rows read up to this far past its end
+    tail = max(int(sizes[:, 1].max()), 1)
     flat = flatten(pixels, tail)
-    if flat.numel() != 3 * int((sizes[:, 0] * sizes[:, 1]).sum()) + tail:  # a decoder's size differs: use its
+    if flat.numel() != 3 * int((sizes[:, 0] * sizes[:, 1]).sum()) + tail:
         dims = itertools.chain.from_iterable(p.shape for p in pixels)
         sizes = np.fromiter(dims, np.int64, 3 * n).reshape(n, 3)[:, 1:]
         if int(sizes[:, 1].max()) > tail:
-            tail = int(sizes[:, 1].max())
-            flat = flatten(pixels, tail)
+            flat = flatten(pixels, int(sizes[:, 1].max()))
+    return flat, sizes
+
+
+def resize_joined(flat: torch.Tensor, sizes: np.ndarray, table: np.ndarray, size: tuple[int, int],
+                  output: OutputSpec | None, channels_last: bool = False,
+                  budget: int | None = None) -> torch.Tensor:
+    """The second half of :func:`resize_packed`: from :func:`join_images`' ``(flat,
+    sizes)``, each image's cut gathered and the batch resized."""
+    n = len(sizes)
     cuts, shapes, rows, runs = cut_table(table, sizes, size, budget)
     areas = sizes[:, 0] * sizes[:, 1]
     # per image: where it starts, h*w, w, the cut's top and left, its last row (the rows

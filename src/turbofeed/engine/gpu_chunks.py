@@ -42,7 +42,7 @@ from ..transforms import Compose
 from ..transforms.batched import to_device
 from .chunks import ChunkReader
 from .decode_gpu import BatchDecoder, Encoded, GpuDecode
-from .gpu import cpu_decode, fall_back, resize_packed
+from .gpu import cpu_decode, fall_back, join_images, resize_joined
 from .policy import PassPolicy
 from .work import SampleWork
 
@@ -87,13 +87,16 @@ class Entries:
 @dataclass(slots=True)
 class Rows:
     """A batch's decoded images by position, each with its window ``table`` row, its
-    ``sizes`` row and label (as :class:`Pack`'s), ``js`` ascending."""
+    ``sizes`` row and label (as :class:`Pack`'s), ``js`` ascending; then ``flat``, the
+    images joined in one tensor (``pixels`` emptied)."""
 
     js: np.ndarray
     pixels: list[torch.Tensor]
     table: np.ndarray
     sizes: np.ndarray
     labels: np.ndarray
+    #: the pixels joined (:func:`~turbofeed.engine.gpu.join_images`), once they are
+    flat: torch.Tensor | None = None
 
     @staticmethod
     def of(js: list[int], entries: list[Any]) -> Rows:
@@ -175,7 +178,14 @@ class ChunkedGpuDecode(GpuDecode):
         rows = self.decode_packs(job, entries, held)
         if held:  # entries by position (and refused images, decoded on the CPU) join the packed rows
             rows = rows.joined(Rows.of(held, [entries.slot[j] for j in held]))
+        if rows.pixels:  # joined on the decode stream, the images let go (resize_joined reads the join)
+            rows.flat, rows.sizes = join_images(rows.pixels, rows.sizes)
+            rows.pixels = []
         return rows
+
+    def device_tensors(self, decoded: Any) -> list[torch.Tensor]:
+        rows: Rows = decoded
+        return [] if rows.flat is None else [rows.flat]
 
     def resize_part(self, decoded: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows cropped, resized, flipped and normalised in one batched op
@@ -183,8 +193,8 @@ class ChunkedGpuDecode(GpuDecode):
         transform = self.transform
         assert transform is not None and transform.size is not None  # stacked batches have one size
         rows: Rows = decoded
-        if rows.pixels:
-            out = resize_packed(rows.pixels, rows.sizes, rows.table, transform.size, transform.output,
+        if rows.flat is not None:
+            out = resize_joined(rows.flat, rows.sizes, rows.table, transform.size, transform.output,
                                 self.channels_last)
         else:  # every sample of the batch was skipped
             out = self.empty_batch()
