@@ -135,3 +135,28 @@ def test_the_dataset_index_gives_the_same_unlabelled_samples(tmp_path, caplog, p
     assert indexed.labels.tolist() == alone.labels.tolist() == [-1] * 8 + [0, 1, 2, 3] + [-1] * 4
     assert indexed.content_print() == alone.content_print()
     assert len(_caption_warnings(caplog)) == 2  # one per Dataset
+
+
+def test_json_names_beside_an_empty_txt_are_numbered_and_the_empty_one_is_unlabelled(tmp_path, caplog):
+    """No named sample holds a ``.txt``: nothing is taken as a caption, no caption warning."""
+    path = _write(tmp_path / "s.tar", [
+        {"__key__": "a", "jpg": small_jpeg(0), "json": {"label": "emu"}},
+        {"__key__": "b", "jpg": small_jpeg(1), "txt": ""},
+        {"__key__": "c", "jpg": small_jpeg(2), "json": {"label": "cat"}},
+    ])
+    caplog.set_level(logging.WARNING, logger="turbofeed")
+    ds = Dataset(path)
+    assert ds.class_names == ["cat", "emu"] and ds.labels.tolist() == [1, -1, 0]
+    assert _caption_warnings(caplog) == []
+
+
+def test_json_names_beside_an_integer_txt_are_a_mix_refused_without_classes(tmp_path):
+    """A ``.txt`` holding an integer is a label, so beside JSON class names it is the
+    integers-and-names mix, refused without ``classes`` and numbered with them."""
+    path = _write(tmp_path / "s.tar", [
+        {"__key__": "a", "jpg": small_jpeg(0), "json": {"label": "emu"}},
+        {"__key__": "b", "jpg": small_jpeg(1), "txt": "3"},
+    ])
+    with pytest.raises(turbofeed.DatasetError, match="mixes integer labels .* and class names"):
+        Dataset(path)
+    assert Dataset(path, classes=["cat", "emu", "x", "y"]).labels.tolist() == [1, 3]

@@ -181,3 +181,20 @@ def test_skip_and_raise_never_replace(mode):
 def test_on_error_must_be_one_of_the_three():
     with pytest.raises(ValueError, match="on_error must be one of"):
         ErrorPolicy("ignore", Stats())
+
+
+def test_a_rank_without_a_good_sample_raises_naming_the_first_bad_one():
+    """DatasetError says which sample failed first (shard, key, reason), so the user can
+    look at one file; the bad samples are each tried once."""
+    plan = make_epoch_plan(5, batch_size=5, seed=0, epoch=0, shuffle=False)
+    tries: dict[int, int] = {}
+
+    def fill(gid: int) -> None:
+        tries[gid] = tries.get(gid, 0) + 1
+        raise SampleError("s.tar", f"k{gid}", "decode.cpu", "not a JPEG")
+
+    policy = ErrorPolicy("replace", Stats()).for_pass()
+    with pytest.raises(DatasetError, match=r"no good sample in this rank's 5 samples of the epoch "
+                                           r"\(first: decode.cpu: s.tar/k0: not a JPEG\)"):
+        fill_position(plan, 0, fill, policy)
+    assert tries == {g: 1 for g in range(5)}

@@ -174,3 +174,15 @@ def test_errors_name_at_most_five_bad_labels_and_three_roots(tmp_path):
     with pytest.raises(turbofeed.DatasetError, match="different class folders") as info:
         Dataset(trees)
     assert all(f"{t}: " in str(info.value) for t in trees[:3]) and f"{trees[3]}: " not in str(info.value)
+
+
+def test_five_bad_labels_are_named_when_the_first_shard_holds_four(tmp_path):
+    """The count of bad labels reaching exactly four after a shard does not stop the search:
+    the fifth comes from the next shard."""
+    a = _named(tmp_path / "a.tar", ["7", "8", "9", "6"], ext="cls")
+    b = _named(tmp_path / "b.tar", ["0", "5", "4"], ext="cls")
+    with pytest.raises(turbofeed.DatasetError) as info:
+        Dataset([a, b], classes=["x", "y"])
+    message = str(info.value)
+    assert message.count("integer label") == 5 and "integer label 5" in message, message
+    assert "integer label 4" not in message

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from turbofeed.plan.order import make_epoch_plan
-from turbofeed.plan.streaming import StreamLayout, node_residue, stream_order, stream_rank_order
+from turbofeed.plan.streaming import StreamLayout, node_residue, stream_blocks, stream_order, stream_rank_order
 
 
 def shards(sizes: list[int]) -> np.ndarray:
@@ -270,3 +270,25 @@ def test_a_start_that_is_not_a_multiple_of_the_world_size_still_splits_the_rest(
         taken[rank] = mine
     flat = np.concatenate(list(taken.values()))
     assert len(set(flat.tolist())) == len(flat) >= len(g) - start - world + 1
+
+
+@pytest.mark.parametrize("overlap", [0, -1])
+def test_an_overlap_below_one_is_refused(overlap):
+    """overlap=0 would be neither the block shuffle (overlap 1) nor the window shuffle
+    (overlap > 1): the samples inside each block would silently stay in shard order."""
+    kw = dict(seed=0, epoch=0, shuffle=True, canonical_nodes=1, block_bytes=2000)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        stream_order(STARTS, BYTES, overlap=overlap, **kw)
+    assert sorted(stream_order(STARTS, BYTES, overlap=1, **kw).tolist()) == list(range(80))
+
+
+def test_a_whole_epoch_ends_mixing_overlap_blocks_and_a_round_ends_in_its_last_block():
+    """stream_blocks asks overlap_order for the pass's end (``last``) for a whole epoch
+    (key None): its last positions mix the last ``overlap`` blocks, as the rest does; a
+    resampled round (a key) thins out to its last block, the next round mixing from there."""
+    starts, nbytes = shards([60] * 8), np.full(8, 6000)  # one shard per block of 6000 bytes
+    kw = dict(seed=3, epoch=0, shuffle=True, canonical_nodes=1, block_bytes=6000, overlap=3)
+    _, whole = stream_blocks(starts, nbytes, **kw)
+    assert len(set(whole[-10:].tolist())) > 1 and set(whole[-10:].tolist()) <= {5, 6, 7}
+    _, round_ = stream_blocks(starts, nbytes, key=0, **kw)
+    assert set(round_[-10:].tolist()) == {7}

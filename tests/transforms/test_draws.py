@@ -382,3 +382,12 @@ def test_windows_rows_are_windows():
     got = imagenet_train(32).windows([40, 50], [60, 70], 1, 1, [5, 6])
     assert len(got) == 2 and isinstance(got[1], Window) and got[1] == imagenet_train(32).window(50, 70, Draws(1, 1, 6))
     assert all(isinstance(v, float) for v in got[0].box) and type(got[0].height) is int and type(got[0].flip) is bool
+
+
+def test_a_draws_repr_names_its_key_and_first_column():
+    """What a log line or a failing assertion shows of a sample's draws: its 64-bit key
+    in hex and the column it starts at (``shifted``)."""
+    d = Draws(0, 1, 5)
+    assert repr(d) == f"Draws(key={d.key:#018x}, first=0)" and len(f"{d.key:#018x}") == 18
+    assert repr(d.shifted(3)) == f"Draws(key={d.key:#018x}, first=3)"
+    assert repr(Draws(0, 1, 6)) != repr(d)
