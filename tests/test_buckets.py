@@ -388,3 +388,20 @@ def test_bucketed_slots_in_channels_last_and_bucket_resize_first(tmp_path):
     with pytest.raises(ValueError, match="first geometric op"):
         turbofeed.DataLoader(data, batch_size=4, buckets=BUCKETS,
                              transform=Compose([T.Resize(64), BucketResize(BUCKETS)]))
+
+
+def test_a_state_saved_after_the_last_batch_resumes_at_the_next_epoch(tmp_path):
+    """A state taken once every batch of a bucketed epoch was delivered (a checkpoint at
+    the epoch's end) resumes at the next epoch's start, as without buckets: not at the
+    plan's end, where the batch stream found nothing and said every batch was dropped."""
+    data, _ = _data(tmp_path / "d")
+    loader = _loader(data)
+    it = iter(loader)
+    full = [next(it) for _ in range(len(loader))]
+    state = loader.state_dict()
+    del it
+    resumed = _loader(data)
+    resumed.load_state_dict(state)
+    fresh = _loader(data)
+    fresh.set_epoch(1)
+    assert full and _epoch(resumed) == _epoch(fresh)

@@ -54,3 +54,20 @@ def test_a_stream_starting_at_its_plans_end_yields_nothing_and_starts_no_thread(
         out, stage = batches(num_workers=workers, start=3)
         assert out == [] and stage.threads == set()
     assert {t.name for t in threading.enumerate()} == before
+
+
+def test_a_bucketed_stream_starting_at_its_plans_end_yields_nothing_without_an_error():
+    """Under "replace" a bucketed stream that delivered nothing says every batch was
+    dropped (DatasetError): only when some batch was; one that starts at its plan's end
+    dropped none and simply ends."""
+    import numpy as np
+
+    groups = np.array([0, 1] * 6)
+    plan = make_epoch_plan(12, batch_size=4, seed=0, epoch=0, shuffle=False, buckets=groups)
+    for workers in (0, 2):
+        stream = BatchStream(plan, Stage(), ErrorPolicy("replace", Stats()), start=len(plan.order) // 4,
+                             num_workers=workers)
+        try:
+            assert list(stream) == []
+        finally:
+            stream.close()

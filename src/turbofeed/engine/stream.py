@@ -275,7 +275,7 @@ class BatchStream:
         self._chunked = stage.info.chunked
         # "replace" leaves a position empty only for a bucket without a good sample
         self._drop_empty = policy.mode == "replace" and plan.groups is not None
-        self._delivered_any = False
+        self._delivered_any = self._dropped_any = False
         if self._next < self._end:
             runner = self._runner = _Runner(plan, stage.fill, policy,
                                             cast(ChunkStage, stage).fill_chunk if self._chunked else None)
@@ -295,11 +295,12 @@ class BatchStream:
                 # its shape can be made, so it is dropped (as on every rank: the batch is
                 # of one bucket on all of them); the other batches go on
                 self._stats.count("dropped_batches")
+                self._dropped_any = True
                 job = self._next_job()
             self._delivered_any = True
             return job
         except StopIteration:
-            if self.finished and self._drop_empty and not self._delivered_any:
+            if self.finished and self._dropped_any and not self._delivered_any:
                 raise DatasetError(f"no good sample in this rank's {len(self._plan.order)} samples of the "
                                    "epoch: every batch was dropped; the dataset looks unreadable") from None
             raise
