@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.choose import Source
-from ..engine.executor import Executor
+from ..base.executor import Executor
 from ..engine.fields import FieldSpec
 from ..errors import DatasetError, SampleError
 from ..io import pick_member

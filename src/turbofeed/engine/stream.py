@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DatasetError, SampleError
 from ..plan import EpochPlan
-from .executor import Executor
+from ..base.executor import Executor
 from .policy import ErrorPolicy, PassPolicy
 from .stages import ChunkStage, SampleStage
 
