@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.choose import Source
 from ..base.executor import Executor
+from ..engine.choose import Source
 from ..engine.fields import FieldSpec
 from ..errors import DatasetError, SampleError
 from ..io import pick_member

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..base.stageinfo import StageInfo
 from ..decode.fields import decode_field
 from ..errors import StorageError
 from ..io import pick_member
 from ..io.table import IMAGE_EXTENSIONS
 from ..transforms import nearest
-from .stages import DecodeStage, StageInfo
+from .stages import DecodeStage
 from .usercode import name_of, raised, returned, routed
 from .work import SampleWork
 

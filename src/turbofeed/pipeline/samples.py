@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from ..base.stageinfo import StageInfo
 from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
 from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
 from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
-from ..engine.stages import StageInfo
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...base.executor import Executor, ExecutorClosed
-from ...engine.stages import StageInfo
+from ...base.stageinfo import StageInfo
 from ...errors import StorageError
 from ...plan.pieces import Pieces
 
