@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..base.ranks import RankChoice
 from ..base.stageinfo import StageInfo
+from ..base.threads import choose_threads
 from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
 from ..decode.orientation import orientation, upright
@@ -23,8 +25,6 @@ from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
-from ..torch.env import RankChoice
-from ..torch.threads import choose_threads
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
