@@ -25,8 +25,8 @@ import numpy as np
 
 from ..base.executor import Executor
 from ..base.ranks import check_pair, detect
+from ..decode.field_specs import FieldSpec
 from ..engine.choose import Source
-from ..engine.fields import FieldSpec
 from ..errors import DatasetError, SampleError
 from ..io import pick_member
 from ..plan import EpochPlan, make_epoch_plan

@@ -16,9 +16,9 @@ from ..base.stageinfo import StageInfo
 from ..base.threads import choose_threads
 from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
+from ..decode.field_specs import FieldOptions
 from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
-from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors

@@ -16,9 +16,9 @@ import torch
 from ..base.ranks import RankChoice
 from ..base.threads import choose_threads
 from ..datasets import Dataset, Mix, data_args
+from ..decode.field_specs import FieldOptions
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
-from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
 from ..io import PathSpec, S3Config
