@@ -87,7 +87,7 @@ def test_rank_outside_world_is_refused(shards):
 ])
 def test_environment_detection(monkeypatch, env, expected):
     from turbofeed.torch import detect
-    from turbofeed.torch.env import _ENV_SCHEMES
+    from turbofeed.base.ranks import _ENV_SCHEMES
 
     for _, *names in _ENV_SCHEMES:
         for name in names:

@@ -3,12 +3,15 @@
 - no import cycle between modules, imports inside functions (lazy ones) included;
 - no module over 400 lines (Python or C);
 - no private name (``_x``) imported from another package;
-- a package's ``__init__`` imports from no other module that imports it back.
+- a package's ``__init__`` imports from no other module that imports it back;
+- packages depend downwards only: no import at module level from a package of a higher
+  rank (``RANKS``, drawn in docs/design.md, "Package ranks").
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -167,7 +170,142 @@ def test_no_private_name_imported_across_packages() -> None:
     assert not bad, "private names used across packages:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("package", ["engine", "io", "decode", "transforms", "plan", "pipeline", "torch", "gds",
+@pytest.mark.parametrize("package", ["base", "engine", "io", "decode", "transforms", "plan", "pipeline", "torch", "gds",
                                      "testing"])
 def test_layout_packages_exist(package: str) -> None:
     assert (PACKAGE / package / "__init__.py").is_file(), f"docs/design.md names turbofeed/{package}/"
+
+
+#: The package ranks of docs/design.md ("Package ranks"), lowest first. A module imports
+#: at module level only from its own rank or below; imports inside functions (run when
+#: called, after every module is loaded) and type-only imports (``if TYPE_CHECKING:``,
+#: never run) may point anywhere. Top-level modules are ranked by their own name, the
+#: package root (``turbofeed/__init__.py``) as ``__init__``.
+RANKS: dict[str, int] = {
+    # 0: the bottom: the executor, counters, stage declaration, ranks and threads (base/),
+    # the errors, units, optional-dependency helpers and redaction every package uses
+    "base": 0, "errors": 0, "units": 0, "_deps": 0, "extras": 0, "redact": 0,
+    # 1: pure parts: the order, the decoders (and field specs), the transforms
+    "plan": 1, "decode": 1, "transforms": 1,
+    # 2: sources, and what a dataset is (checked when made, opens nothing)
+    "io": 2, "datasets": 2,
+    # 3: the engine
+    "engine": 3,
+    # 4: the front-ends, and the gds client (hands tensors to torch/)
+    "torch": 4, "pipeline": 4, "dali": 4, "gds": 4,
+    # 5: test helpers, the command line, the package root
+    "testing": 5, "cli": 5, "_cli_args": 5, "__main__": 5, "_convert": 5, "_datagen": 5, "_doctor": 5,
+    "_index_cli": 5, "_plot": 5, "_bench_numpy": 5, "__init__": 5,
+}
+
+
+def unit_of(module: str) -> str:
+    """What ``RANKS`` ranks: ``io`` for ``turbofeed.io.s3.cache``, ``errors`` for
+    ``turbofeed.errors``, ``__init__`` for ``turbofeed`` itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def runtime_imports(tree: ast.Module, name: str, is_package: bool, known: Collection[str]) -> list[tuple[int, str]]:
+    """(line, module imported) for each import of turbofeed run when module ``name`` is
+    imported: not inside a function, not under ``if TYPE_CHECKING:`` (its ``else``
+    counts). ``from a import b`` imports module ``a.b`` when there is one, else ``a``."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)) and \
+                ast.unparse(node.test).split(".")[-1] == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names if alias.name.startswith("turbofeed"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                target = node.module or ""
+            else:
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            if target.split(".")[0] == "turbofeed":
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.append((node.lineno, sub if sub in known else target))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return sorted(set(found))
+
+
+def upward_imports(tree: ast.Module, name: str, is_package: bool, known: Collection[str]) -> list[str]:
+    """One line per import of ``name`` at module level from a package ranked above it."""
+    own = RANKS[unit_of(name)]
+    return [f"{name}:{line} imports {target} ({unit_of(name)}, rank {own} -> {unit_of(target)}, rank "
+            f"{RANKS[unit_of(target)]})"
+            for line, target in runtime_imports(tree, name, is_package, known)
+            if RANKS.get(unit_of(target), -1) > own]
+
+
+def test_every_package_and_top_level_module_has_a_rank() -> None:
+    unranked = sorted({unit_of(m) for m in modules()} - set(RANKS))
+    assert not unranked, f"give these a rank in RANKS (and in docs/design.md, 'Package ranks'): {unranked}"
+
+
+def test_packages_depend_downwards_only() -> None:
+    known = modules()
+    bad = []
+    for name, path in sorted(known.items()):
+        if path.suffix == ".py":
+            bad += upward_imports(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
+    assert not bad, "imports from a package of a higher rank (docs/design.md, 'Package ranks'):\n" + "\n".join(bad)
+
+
+def test_no_other_front_end_imports_the_torch_package() -> None:
+    """Within rank 4, ``pipeline/``, ``dali/`` and ``gds/`` take nothing from ``torch/`` at
+    module level: what they shared with it (rank detection, thread choice) is in ``base/``."""
+    known = modules()
+    bad = [f"{name}:{line} imports {target}"
+           for name, path in sorted(known.items())
+           if path.suffix == ".py" and RANKS[unit_of(name)] <= RANKS["torch"] and unit_of(name) != "torch"
+           for line, target in runtime_imports(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
+           if unit_of(target) == "torch"]
+    assert not bad, "imports of turbofeed.torch below the package root:\n" + "\n".join(bad)
+
+
+def test_the_rank_check_finds_an_upward_import() -> None:
+    source = """\
+from __future__ import annotations
+from typing import TYPE_CHECKING
+from ..base.executor import Executor
+from ..engine.run import Engine
+from .. import torch as tf_torch
+import turbofeed.pipeline.samples
+if TYPE_CHECKING:
+    from ..torch.loader import DataLoader
+else:
+    from ..dali import reader
+try:
+    from ..gds import client
+except ImportError:
+    pass
+def later():
+    from ..torch.loader import DataLoader
+class Holder:
+    from ..engine import stats
+"""
+    known = {"turbofeed.base.executor", "turbofeed.engine.run", "turbofeed.torch", "turbofeed.torch.loader",
+             "turbofeed.pipeline.samples", "turbofeed.dali.reader", "turbofeed.gds.client",
+             "turbofeed.engine.stats"}
+    found = upward_imports(ast.parse(source), "turbofeed.io.fake", False, known)
+    assert [line.split(" (")[0] for line in found] == [
+        "turbofeed.io.fake:4 imports turbofeed.engine.run",
+        "turbofeed.io.fake:5 imports turbofeed.torch",
+        "turbofeed.io.fake:6 imports turbofeed.pipeline.samples",
+        "turbofeed.io.fake:10 imports turbofeed.dali.reader",
+        "turbofeed.io.fake:12 imports turbofeed.gds.client",
+        "turbofeed.io.fake:18 imports turbofeed.engine.stats",
+    ]
+    assert found[0].endswith("(io, rank 2 -> engine, rank 3)")

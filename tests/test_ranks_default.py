@@ -10,7 +10,7 @@ import pytest
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.torch import env as env_module
+from turbofeed.base import ranks as env_module
 
 KW = dict(batch_size=8, num_workers=1, transform=T.imagenet_eval(16), return_keys=True)
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",

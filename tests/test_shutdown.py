@@ -160,7 +160,7 @@ def test_exit_with_a_live_iterator_does_not_hang(shards):
 def test_closing_an_idle_pool_wakes_its_threads_at_once(monkeypatch):
     """close() does not wait for idle threads to poll their stop flag: with the poll
     interval set to a minute, close still returns and every thread has exited."""
-    from turbofeed.engine import executor
+    from turbofeed.base import executor
 
     monkeypatch.setattr(executor, "_POLL_S", 60.0)
     ran = []

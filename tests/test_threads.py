@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from turbofeed.torch.threads import cgroup_cpus, choose_threads
+from turbofeed.base.threads import cgroup_cpus, choose_threads
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity API here")
 LAUNCHER_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",

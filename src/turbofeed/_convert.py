@@ -231,7 +231,7 @@ def to_npy(src: Any, dst: str, *, size: int = 224, workers: int = 2, format: str
     Returns:
         The path of ``images.npy``.
     """
-    from .engine.executor import Executor
+    from .base.executor import Executor
     from .engine.stats import Stats
     from .engine.work import SampleWork
     from .transforms import CenterCrop, Compose, Resize

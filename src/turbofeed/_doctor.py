@@ -61,7 +61,7 @@ def _native() -> dict[str, Any]:
 
 
 def _threads() -> dict[str, Any]:
-    from .torch.threads import choose_threads
+    from .base.threads import choose_threads
 
     return _entry(True, choose_threads().why)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import Any, NamedTuple, Union
 
-from .engine.fields import FieldOptions
+from .decode.field_specs import FieldOptions
 from .io import FORMATS, PathSpec, S3Config
 from .io.arrays.common import parse_options
 from .redact import redact_url

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from turbofeed.engine.policy import ErrorPolicy
-from turbofeed.engine.stages import StageInfo
+from turbofeed.base.stageinfo import StageInfo
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import BatchStream
 from turbofeed.errors import SampleError

@@ -1,5 +1,5 @@
 """The gds client on the one executor: chunks on ``turbofeed-gds-<i>`` threads, async
-operations on ``turbofeed-gds-op-<i>``, both :class:`turbofeed.engine.executor.Executor`
+operations on ``turbofeed-gds-op-<i>``, both :class:`turbofeed.base.executor.Executor`
 threads started at first use; closing in the middle of a many-chunk transfer cancels what
 is queued, stops the rest between chunks and never hangs."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from turbofeed.engine.executor import Executor
+from turbofeed.base.executor import Executor
 from turbofeed.gds import GDSConfig, GDSError, GPUDirectClient
 
 pytest.importorskip("torch")  # the stand-in device buffer is a CPU tensor

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from ..base.executor import Executor
+from ..base.ranks import check_pair, detect
+from ..decode.field_specs import FieldSpec
 from ..engine.choose import Source
-from ..engine.executor import Executor
-from ..engine.fields import FieldSpec
 from ..errors import DatasetError, SampleError
 from ..io import pick_member
 from ..plan import EpochPlan, make_epoch_plan
-from ..torch.env import check_pair, detect
 
 _EMPTY = np.zeros(0, np.uint8)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.executor import Executor
+from ..base.executor import Executor
 from ..errors import DatasetError, SampleError, StorageError, TurbofeedError
 from ..gds import GDSConfig, GPUDirectClient
 from ..io.s3.config import ObjectInfo, S3Config

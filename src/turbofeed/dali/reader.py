@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.field_specs import parse_fields
 from ..engine.choose import Source
-from ..engine.fields import parse_fields
 from ..engine.policy import ErrorPolicy
 from ..engine.stats import Stats
 from ..io import Dataset, PathSpec, S3Config

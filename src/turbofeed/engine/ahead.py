@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .executor import Executor
+from ..base.executor import Executor
 from .stream import BatchStream, Job
 
 _POLL_S = 0.1

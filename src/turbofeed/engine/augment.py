@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ..base.stageinfo import StageInfo
 from .slots import Slot
 from ..errors import UserCodeError
-from .stages import PerSample, StageInfo, chw_with_label
+from .stages import PerSample, chw_with_label
 from .usercode import name_of, raised, returned, routed
 from .work import SampleWork
 

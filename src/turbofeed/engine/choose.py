@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.field_specs import FieldOptions
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import EpochPlan
 from ..transforms import Compose
-from .chunks import ChunkedCpuDecode, chunk_size, chunked
-from .fields import FieldOptions, FieldReader, NoImage, WithFields
-from .policy import ErrorPolicy, PassPolicy
 from .bucket_slots import BucketPool
+from .chunks import ChunkedCpuDecode, chunk_size, chunked
+from .fields import FieldReader, NoImage, WithFields
+from .policy import ErrorPolicy, PassPolicy
 from .slots import SlotPool
 from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
 from .stats import Stats

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from ..base.stageinfo import StageInfo
 from ..decode.orientation import upright_chw
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
 from ..transforms.batched import to_device
 from .gpu import cpu_decode, decode_job, decode_stream, header_window, refuse_damage, resize_batch, side_stream
 from .policy import PassPolicy
-from .stages import StageInfo
 from .work import SampleWork
 
 if TYPE_CHECKING:

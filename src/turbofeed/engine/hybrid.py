@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..base.stageinfo import StageInfo
 from ..transforms.batched import normalize, to_device
 from .decode_gpu import GpuDecode
 from .slots import Slot, SlotPool
-from .stages import FusedCpuDecode, StageInfo
+from .stages import FusedCpuDecode
 
 if TYPE_CHECKING:
     from .stream import Job

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from ..base.stageinfo import StageInfo
 from ..plan import EpochPlan
 from .policy import PassPolicy
 from .ahead import Ahead
-from .stages import AheadStage, DecodeStage, StageInfo
+from .stages import AheadStage, DecodeStage
 from .stream import BatchStream, Job
 
 

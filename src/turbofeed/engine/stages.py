@@ -1,6 +1,7 @@
-"""What a stage declares, and the CPU choices of the decode stage.
+"""The stage protocols, and the CPU choices of the decode stage.
 
-A pass (:class:`turbofeed.engine.run.Engine`) is one list of named stages:
+A pass (:class:`turbofeed.engine.run.Engine`) is one list of named stages, each declaring
+what :class:`~turbofeed.base.stageinfo.StageInfo` holds:
 
 =============  ==========================  =================================  ==================
 stage          where it runs               what it does                       what it counts
@@ -30,38 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..base.stageinfo import StageInfo
 from .bucket_slots import BucketPool, PendingSlot
 from .slots import Slot, SlotPool
 from .work import Decoded, SampleWork
 
 if TYPE_CHECKING:
     from .stream import Job
-
-
-@dataclass(frozen=True)
-class StageInfo:
-    """A stage's name (also its threads' and its timers' name), where it runs, what it counts."""
-
-    name: str
-    where: Literal["sample", "batch", "sample+batch"]
-    counts: tuple[str, ...] = ()
-    #: Positions one worker-thread task fills: more than 1 for a stage whose per-sample
-    #: work is a few tens of microseconds of Python (the GPU stage's read, header and
-    #: window), so a task crosses the executor's queue once for several samples.
-    per_task: int = 1
-    #: The stage fills ``per_task`` positions in one ``fill_chunk(job, start, stop)``
-    #: call (Python once per chunk: :mod:`turbofeed.engine.chunks`), returning the
-    #: positions it left for the per-sample ``fill``.
-    chunked: bool = False
-    #: The per-batch half runs ahead of the consumer in two steps, each on a thread of
-    #: its own (``decode_ahead(job)``, then ``resize_ahead(job, decoded)``;
-    #: ``complete(job, prepared)`` in the consumer's thread), so a GPU decode overlaps
-    #: the consumer's training step and the batch before's resize (:class:`AheadStage`).
-    ahead: bool = False
 
 
 class SampleStage(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from .counters import Counters
+from ..base.counters import Counters
 from .timeline import CONSUMER_STAGE, Timeline
 
 STAGES = ("fetch", "decode.cpu", "decode.gpu", "augment", "collate", "wait")

@@ -17,9 +17,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..base.executor import Executor
 from ..errors import DatasetError, SampleError
 from ..plan import EpochPlan
-from .executor import Executor
 from .policy import ErrorPolicy, PassPolicy
 from .stages import ChunkStage, SampleStage
 

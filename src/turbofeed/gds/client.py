@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..engine.executor import Executor, ExecutorClosed
+from ..base.executor import Executor, ExecutorClosed
 from ..io.s3.client import S3Client
 from ..io.s3.config import S3Config, parse_url
 from .buffers import StagingPool
@@ -38,7 +38,7 @@ class GPUDirectClient:
     ``buffer_pool_size``; async operations running <= ``queue_depth`` (more wait).
 
     Thread-safe. Chunks run on ``turbofeed-gds-<i>`` threads, async operations on
-    ``turbofeed-gds-op-<i>`` (each a :class:`~turbofeed.engine.executor.Executor`, started
+    ``turbofeed-gds-op-<i>`` (each a :class:`~turbofeed.base.executor.Executor`, started
     at first use). ``close()`` (or leaving ``with``) cancels queued async operations,
     stops transfers between chunks and frees the staging memory.
 

@@ -1,4 +1,4 @@
-"""The chunked transfers of a client, on :class:`turbofeed.engine.executor.Executor` threads.
+"""The chunked transfers of a client, on :class:`turbofeed.base.executor.Executor` threads.
 
 A transfer of ``n`` bytes is cut into pieces of ``max_transfer_size``; the pieces run on
 the client's ``turbofeed-gds-<i>`` threads (one piece: in the caller's thread), at most
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..engine.executor import Executor, ExecutorClosed
+from ..base.executor import Executor, ExecutorClosed
 from .errors import GDSError
 
 _POLL_S = 0.1  # how often a chunk waiting for a slot looks at the stop event
@@ -21,7 +21,7 @@ def run_chunks(executor: Executor | None, fn: Callable[[int, int], None], total:
     """Call ``fn(pos, n)`` for each ``chunk``-sized piece of ``[0, total)``.
 
     A single piece (or no ``executor``) runs in the caller's thread; more go to
-    ``executor`` (:meth:`~turbofeed.engine.executor.Executor.run_all`). On the first
+    ``executor`` (:meth:`~turbofeed.base.executor.Executor.run_all`). On the first
     error the pieces not yet started are cancelled and the ones running are waited for
     (so none still writes into a buffer or file the caller is about to drop), then the
     error of the earliest failed piece is raised.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from .._deps import tqdm
 
-from ..engine.executor import Executor, result_or_closed
+from ..base.executor import Executor, result_or_closed
 from ..errors import DatasetError, StorageError
 from .arrays.common import parse_options
 from .dsindex.auto import memory_index

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..base.ranks import detect
 from ..datasets import Dataset, Mix
 from ..io import PathSpec
-from ..torch.env import detect
 from .samples import Pipeline
 
 

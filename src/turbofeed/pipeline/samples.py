@@ -11,20 +11,20 @@ from typing import Any
 
 import numpy as np
 
+from ..base.ranks import RankChoice
+from ..base.stageinfo import StageInfo
+from ..base.threads import choose_threads
 from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
+from ..decode.field_specs import FieldOptions
 from ..decode.orientation import orientation, upright
 from ..engine.choose import Source, decode_stage, open_gpu_decoder
-from ..engine.fields import FieldOptions
 from ..engine.run import BatchStage, Engine
-from ..engine.stages import StageInfo
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded, SampleWork
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
-from ..torch.env import RankChoice
-from ..torch.threads import choose_threads
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them

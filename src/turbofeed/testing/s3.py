@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from ..engine.counters import Counters
+from ..base.counters import Counters
 
 if TYPE_CHECKING:
     from moto.server import ThreadedMotoServer

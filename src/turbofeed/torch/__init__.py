@@ -1,9 +1,10 @@
-"""PyTorch delivery: the DataLoader, device transfer, distributed environment."""
+"""PyTorch delivery: the DataLoader, device transfer, distributed environment (the
+detection itself is :mod:`turbofeed.base.ranks`, which imports no torch)."""
 
 import typing as _typing
 
 from .device import gpu_available
-from .env import DistEnv, detect
+from ..base.ranks import DistEnv, detect
 
 if _typing.TYPE_CHECKING:  # at run time: __getattr__ below, when first asked
     from .loader import DataLoader as DataLoader

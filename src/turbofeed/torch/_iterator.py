@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..base.stageinfo import StageInfo
 from ..engine.choose import decode_stage
 from ..engine.layout import fetch_stage
 from ..engine.run import BatchStage, Engine
 from ..engine.slots import Slot
-from ..engine.stages import HostBatch, StageInfo, chw_with_label
+from ..engine.stages import HostBatch, chw_with_label
 from ..engine.stream import Job
 from ..engine.usercode import call_on_batch, name_of
 from ..engine.work import SampleWork

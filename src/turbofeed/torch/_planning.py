@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from ..base.threads import choose_threads
 from ..engine.layout import stream_layout, with_pieces
 from ..plan import EpochDraw, EpochPlan, StreamLayout, bucketed_size, count_batches, make_epoch_plan, plan_fingerprint
-from .threads import choose_threads
 
 if TYPE_CHECKING:
     from ..io import Dataset
     from .buckets import LoaderBuckets
-    from .env import RankChoice
+    from ..base.ranks import RankChoice
 
 
 class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks

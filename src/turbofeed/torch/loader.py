@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 
+from ..base.ranks import RankChoice
+from ..base.threads import choose_threads
 from ..datasets import Dataset, Mix, data_args
+from ..decode.field_specs import FieldOptions
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
-from ..engine.fields import FieldOptions
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
 from ..io import PathSpec, S3Config
@@ -29,8 +31,6 @@ from ._planning import LoaderPlanning
 from ._torchargs import constructor_arguments, torch_arguments
 from .buckets import loader_buckets
 from .device import gpu_available
-from .env import RankChoice
-from .threads import choose_threads
 
 log = logging.getLogger("turbofeed")
 
@@ -55,7 +55,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         batch_size: samples per batch.
         num_workers: worker threads (decode and resize release the GIL). None (default):
             the cores this process may use (CPU affinity, cgroup quota) divided by the
-            ranks on this node, at least 1 (:func:`turbofeed.torch.threads.choose_threads`;
+            ranks on this node, at least 1 (:func:`turbofeed.base.threads.choose_threads`;
             ``turbofeed doctor`` shows the choice). 0: no threads, each batch is read and
             decoded in the consumer's thread when asked for, as torch's ``num_workers=0``.
         shuffle: shuffle each epoch; the order is a pure function of (seed, epoch).

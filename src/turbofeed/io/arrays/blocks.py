@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ...engine.counters import Counters
+from ...base.counters import Counters
 
 
 def _default_budget() -> int:

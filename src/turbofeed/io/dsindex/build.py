@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..._deps import tqdm
 
-from ...engine.executor import Executor, result_or_closed
+from ...base.executor import Executor, result_or_closed
 from ...errors import DatasetError
 from ..local.index import default_cache_dir
 from ..local.members import scan_arrays

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from ...engine.counters import Counters
+from ...base.counters import Counters
 from ...redact import Redacted, mask, mask_key, redact_url
 from ...units import parse_size
 from ..retry import RemoteError, RetryPolicy

@@ -18,7 +18,7 @@ How a shard is read (``S3TarSource``):
    the version indexed (``If-Match``, :mod:`.versions`), so an object replaced during
    training fails with a :class:`~turbofeed.errors.StorageError` instead of returning bytes
    at the old offsets; so does a GET that still fails after the retry policy (an outage).
-3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.engine.executor.Executor`
+3. **Prefetch**: ``prefetch_shards`` threads (one :class:`~turbofeed.base.executor.Executor`
    per dataset, ``turbofeed-prefetch-<i>``) download whole shards into the node cache
    in the order they are first needed (plus the next shards in dataset order), so
    reads move from the network to the local disk early in the first epoch. Prefetch
@@ -44,7 +44,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from ...engine.executor import Executor, ExecutorClosed
+from ...base.executor import Executor, ExecutorClosed
 from ...errors import DatasetError, StorageError
 from ..local.files import FILES
 from ..local.index import (TarDamage, index_shard, cached_index, default_cache_dir, report_damage,

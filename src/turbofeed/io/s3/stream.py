@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...engine.executor import Executor, ExecutorClosed
-from ...engine.stages import StageInfo
+from ...base.executor import Executor, ExecutorClosed
+from ...base.stageinfo import StageInfo
 from ...errors import StorageError
 from ...plan.pieces import Pieces
 

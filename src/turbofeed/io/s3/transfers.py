@@ -1,7 +1,7 @@
 """Transfers of many parts: whole objects into memory or a file with parallel ranged GETs,
 and uploads (one PUT, or a multipart upload that is completed or aborted, never left half).
 
-The parts of one call run on an :class:`~turbofeed.engine.executor.Executor` of up to
+The parts of one call run on an :class:`~turbofeed.base.executor.Executor` of up to
 ``max_concurrency`` threads (``turbofeed-s3-fetch-<i>``) made for that call and closed
 when it returns; the client's concurrency slots still bound the requests in flight
 across all calls (see :mod:`turbofeed.io.s3.client`). These are the bodies of
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ...engine.executor import Executor
+from ...base.executor import Executor
 from ..retry import RemoteError
 from .config import parse_url
 from .stores import split_url

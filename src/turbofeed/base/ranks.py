@@ -1,4 +1,9 @@
-"""Where this process sits in a distributed job: rank, world size, local rank."""
+"""Where this process sits in a distributed job: rank, world size, local rank.
+
+Imports no torch: ``torch.distributed`` is asked only when the process already imported
+it. Every front-end (``torch/``, ``pipeline/``, ``dali/``) uses it, so it lives in
+:mod:`turbofeed.base`; ``turbofeed.torch.detect`` and ``DistEnv`` are the public names.
+"""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ share this class, so each counts the same way: declared names (a misspelt one is
 error, not a new zero), one lock, and copies out (``as_dict``) that never change under
 the caller.
 
-Imports nothing from turbofeed, so that ``io``, ``gds`` and ``testing`` can use it
-without importing the engine's users back.
+Imports nothing from turbofeed: it is part of :mod:`turbofeed.base`, which every package may use.
 """
 
 from __future__ import annotations

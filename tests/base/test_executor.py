@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from turbofeed.engine.executor import Executor, ExecutorClosed
+from turbofeed.base.executor import Executor, ExecutorClosed
 
 
 def names() -> set[str]:

@@ -1,4 +1,4 @@
-"""engine.counters: named counts under one lock, split by reason, copied out whole."""
+"""base.counters: named counts under one lock, split by reason, copied out whole."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from turbofeed.engine.counters import Counters
+from turbofeed.base.counters import Counters
 
 
 def test_counts_and_reasons_are_copied_out_together():

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .env import detect
+from .ranks import detect
 
 #: Where the cgroup file systems are mounted, and this process's cgroup lines.
 CGROUP_ROOT = "/sys/fs/cgroup"
