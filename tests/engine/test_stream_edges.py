@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from turbofeed.engine.policy import ErrorPolicy
-from turbofeed.engine.stages import StageInfo
+from turbofeed.base.stageinfo import StageInfo
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import BatchStream
 from turbofeed.plan.order import make_epoch_plan
