@@ -531,3 +531,26 @@ def test_describe_names_a_list_by_its_first_path_and_count():
     assert find.describe("data/") == "data/"
     assert find.describe(["a.tar"]) == "a.tar"
     assert find.describe(["a.tar", "b.tar"]) == "a.tar ... (2 paths)"
+
+
+def test_shards_kept_in_a_new_version_keep_exactly_their_own_members(tmp_path):
+    """A new version of the index keeps the unchanged shards' rows without reading them
+    (``parts.indexed_part``): each sample of a kept shard, one before another shard as
+    much as the last, still has exactly its members, read back byte for byte."""
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def members(s: int, n: int, tag: str) -> list:
+        return [m for i in range(n) for m in _sample(f"{tag}{s}{i}", b"1", seed=s * 10 + i)
+                + [(f"{tag}{s}{i}.txt", f"caption {tag}{s}{i}".encode())]]
+
+    for s in range(3):
+        write_tar(str(data / f"s-{s}.tar"), members(s, 3, "k"))
+    build_index(str(data), progress=False)
+    (data / "s-1.tar").write_bytes(tar_bytes(members(1, 2, "new")))  # rewritten: s-0 and s-2 kept
+    ds = Dataset(str(data))
+    assert ds.index is not None and len(ds) == 8
+    for gid in range(len(ds)):
+        key = ds.describe(gid)[1]
+        assert sorted(ds.member_exts(gid)) == ["cls", "jpg", "txt"]
+        assert ds.read_member(gid, "txt") == f"caption {key}".encode()
