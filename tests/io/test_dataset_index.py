@@ -554,3 +554,16 @@ def test_shards_kept_in_a_new_version_keep_exactly_their_own_members(tmp_path):
         key = ds.describe(gid)[1]
         assert sorted(ds.member_exts(gid)) == ["cls", "jpg", "txt"]
         assert ds.read_member(gid, "txt") == f"caption {key}".encode()
+
+
+def test_an_index_written_to_a_folder_that_does_not_exist_yet_makes_it(tmp_path):
+    """``turbofeed index DATA --out PATH`` (and the index cache's first write): the folders
+    of PATH are made, the index is written whole and a loader takes it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tar(str(data / "s-0.tar"), [m for i in range(3) for m in _sample(f"k{i}", b"1", seed=i)])
+    out = tmp_path / "not" / "yet" / "there.index"
+    build_index(str(data), out=str(out), progress=False)
+    assert out.is_file()
+    ds = Dataset(str(data), index=str(out))
+    assert ds.index is not None and len(ds) == 3
