@@ -245,3 +245,19 @@ def test_mix_weights_may_be_zero_or_fractions_but_not_all_zero(two):
     assert turbofeed.mix([a, b], weights=[0.25, 0]).weights == (0.25, 0.0)
     with pytest.raises(ValueError, match="none is positive"):
         turbofeed.mix([a, b], weights=[0, 0])
+
+
+def test_mix_of_a_path_string_says_it_takes_a_list(tmp_path):
+    """mix("shards/") is the usual slip: the error says mix takes a list of Datasets, not
+    that character 0 of the string is not a Dataset."""
+    for wrong in (str(tmp_path), tmp_path, turbofeed.Dataset(str(tmp_path))):
+        with pytest.raises(TypeError, match=r"mix\(\) takes a list of turbofeed.Dataset"):
+            turbofeed.mix(wrong)
+
+
+def test_mix_takes_an_epoch_size_of_one(tmp_path):
+    """The smallest epoch is one sample: epoch_size=1 is taken, 0 refused."""
+    one = turbofeed.Dataset(str(tmp_path))
+    assert turbofeed.mix([one], epoch_size=1).epoch_size == 1
+    with pytest.raises(ValueError, match="epoch_size must be a positive int"):
+        turbofeed.mix([one], epoch_size=0)
