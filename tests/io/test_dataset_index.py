@@ -567,3 +567,19 @@ def test_an_index_written_to_a_folder_that_does_not_exist_yet_makes_it(tmp_path)
     assert out.is_file()
     ds = Dataset(str(data), index=str(out))
     assert ds.index is not None and len(ds) == 3
+
+
+def test_an_index_the_user_names_is_used_wherever_it_lies(tmp_path):
+    """index=PATH is the user's choice: taken even from a folder others may write (only
+    the index cache's own files must be private to be believed)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tar(str(data / "s-0.tar"), [m for i in range(3) for m in _sample(f"k{i}", b"1", seed=i)])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    out = shared / "team.index"
+    build_index(str(data), out=str(out), progress=False)
+    os.chmod(shared, 0o777)
+    os.chmod(out, 0o666)
+    ds = Dataset(str(data), index=str(out))
+    assert ds.index is not None and os.path.samefile(ds.index.path, out)
