@@ -13,7 +13,7 @@ from turbofeed import transforms as T
 from turbofeed.decode import decode
 from turbofeed.engine.gpu import resize_batch, resize_packed
 from turbofeed.transforms.batched import (axis_weights, crop_to_reach, float_bytes, groups_within, pad_batch,
-                                        resized_crop, runs_within, window_tensors)
+                                        resized_crop, window_tensors)
 
 
 @pytest.fixture(scope="module")
@@ -206,14 +206,30 @@ def test_resize_packed_takes_the_images_own_sizes_where_the_headers_were_wrong(p
                        resize_batch(small, windows, transform.size, None))
 
 
-def test_runs_within_are_groups_within():
+def _groups_one_by_one(shapes, out_size, budget):
+    """groups_within as it was written before it went NumPy: one image at a time."""
+    groups, start, height, width = [], 0, 0, 0
+    for i, (h, w) in enumerate(shapes):
+        grown_h, grown_w = max(height, h), max(width, w)
+        if i > start and float_bytes(i - start + 1, grown_h, grown_w, out_size) > budget:
+            groups.append(range(start, i))
+            start, grown_h, grown_w = i, h, w
+        height, width = grown_h, grown_w
+    if shapes:
+        groups.append(range(start, len(shapes)))
+    return groups
+
+
+def test_groups_within_are_the_one_by_one_groups():
     rng = np.random.default_rng(0)
     for _ in range(300):
         n = int(rng.integers(1, 40))
         shapes = rng.integers(0, 2000, (n, 2)).astype(np.int64)
         out = (int(rng.integers(1, 300)), int(rng.integers(1, 300)))
         budget = int(rng.integers(1, 2**31))
-        assert runs_within(shapes, out, budget) == groups_within([tuple(s) for s in shapes.tolist()], out, budget)
+        pairs = [tuple(s) for s in shapes.tolist()]
+        assert groups_within(shapes, out, budget) == groups_within(pairs, out, budget) \
+            == _groups_one_by_one(pairs, out, budget)
 
 
 def test_reaches_of_a_batch_are_each_windows_reach():

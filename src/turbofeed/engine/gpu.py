@@ -25,7 +25,7 @@ from .stream import Job, fill_position
 from .work import SampleWork
 from ..plan import EpochPlan
 from ..transforms import Compose, Window
-from ..transforms.batched import default_budget, float_bytes, reaches, resample_table, runs_within, to_device
+from ..transforms.batched import default_budget, float_bytes, groups_within, reaches, resample_table, to_device
 from ..transforms.output import OutputSpec
 
 
@@ -360,7 +360,7 @@ def cut_table(table: np.ndarray, sizes: np.ndarray, size: tuple[int, int],
     if n and float_bytes(n, int(shapes[:, 0].max()), int(shapes[:, 1].max()), size) <= budget:
         runs = [range(n)]  # the usual case: every prefix fits too, so groups_within would agree
     else:
-        runs = runs_within(shapes, size, budget)
+        runs = groups_within(shapes, size, budget)
     return cuts, shapes, rows, runs
 
 

@@ -198,30 +198,18 @@ def float_bytes(count: int, height: int, width: int, out_size: tuple[int, int]) 
     return 4 * 3 * count * (height * width + height * out_w + out_h * out_w)
 
 
-def groups_within(shapes: Sequence[tuple[int, int]], out_size: tuple[int, int],
+def groups_within(shapes: Sequence[tuple[int, int]] | np.ndarray, out_size: tuple[int, int],
                   budget: int | None = None) -> list[range]:
     """Split a batch, in order, into runs whose padded float work (:func:`float_bytes`)
     stays within ``budget`` bytes (default ``$TURBOFEED_GPU_BATCH_MB``, 512 MiB): the
     device memory one batched resize may take, whatever the image sizes. An image too big
-    for the budget alone gets a run of its own."""
+    for the budget alone gets a run of its own.
+
+    ``shapes``: each image's ``(h, w)`` (pairs, or an int64 ``(N, 2)`` array). A few NumPy
+    operations per run, no Python per image: a run's padded work only grows with each
+    image it takes, so it ends before the first image that takes it over the budget."""
     budget = default_budget() if budget is None else budget
-    groups, start, height, width = [], 0, 0, 0
-    for i, (h, w) in enumerate(shapes):
-        grown_h, grown_w = max(height, h), max(width, w)
-        if i > start and float_bytes(i - start + 1, grown_h, grown_w, out_size) > budget:
-            groups.append(range(start, i))
-            start, grown_h, grown_w = i, h, w
-        height, width = grown_h, grown_w
-    if shapes:
-        groups.append(range(start, len(shapes)))
-    return groups
-
-
-def runs_within(shapes: np.ndarray, out_size: tuple[int, int], budget: int) -> list[range]:
-    """:func:`groups_within` of an int64 ``(N, 2)`` array of shapes, the same runs, with a
-    few NumPy operations per run instead of Python per image: a run's padded work only
-    grows with each image it takes, so it ends before the first image that takes it
-    over the budget."""
+    shapes = np.asarray(shapes, np.int64).reshape(-1, 2)
     out_h, out_w = out_size
     runs, start, n = [], 0, len(shapes)
     while start < n:
