@@ -29,6 +29,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_chunks.py::test_refused_images_are_decoded_on_the_cpu_in_their_places",
         "tests/engine/test_chunks.py::test_per_sample_positions_and_bad_samples_join_the_packs_in_order",
         "tests/engine/test_chunks.py::test_a_batch_is_resized_on_a_second_thread_while_the_next_one_decodes",
+        "tests/engine/test_chunks.py::test_a_gpu_feed_pass_reuses_a_few_buffers_with_every_image_intact",
         "tests/test_scan_verdicts.py",
         "tests/io/stores/test_credentials.py::test_azure_from_the_connection_string_variable_under_every_spelling",
         "tests/io/stores/test_credentials.py::test_use_development_storage_reaches_azurite",

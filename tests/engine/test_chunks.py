@@ -563,3 +563,22 @@ def test_per_sample_positions_and_bad_samples_join_the_packs_in_order(tmp_path, 
     reference = turbofeed.DataLoader(path, gpu_decode=CpuStandInDecoder(), **kw)
     same_batches(got, epoch(reference))
     assert dict(loader.stats.errors) == dict(reference.stats.errors)
+
+
+def test_a_gpu_feed_pass_reuses_a_few_buffers_with_every_image_intact(shards):
+    """A long pass on the GPU feed per chunk: far fewer buffers made than chunks read, and
+    each decoder call got each image's exact bytes (a buffer reused before its batch
+    was decoded would hand the decoder another chunk's bytes)."""
+    decoder = TensorDecoder()
+    loader = turbofeed.DataLoader(shards, gpu_decode=decoder, batch_size=8, num_workers=2, shuffle=True, seed=5,
+                                  transform=T.imagenet_train(32), epoch_size=480)
+    it = iter(loader)
+    stage = it.engine.decode
+    assert isinstance(stage, ChunkedGpuDecode)
+    batches = sum(1 for _ in it)
+    assert batches == 60
+    known = members(shards)
+    sent = [d for call in decoder.tensor_calls for d in call]
+    assert len(sent) == 480 and set(sent) <= known
+    chunks = 60 * -(-8 // stage.info.per_task)
+    assert stage.reader.buffers.made < chunks // 4

@@ -45,6 +45,7 @@ from ..io.local.files import what_changed
 from ..io.local.ranges import ChunkFiles
 from ..plan import EpochPlan
 from ..transforms.draws import epoch_key
+from .byte_buffers import ByteBuffers
 from .checked import CHECKED
 from .policy import PassPolicy
 from .slots import Slot, SlotPool
@@ -121,6 +122,7 @@ class ChunkReader:
         self.policy = policy
         self.ranges = work.dataset.ranges()  # made here, in the consumer's thread, once
         self.checked = CHECKED.flags(work.dataset)
+        self.buffers = ByteBuffers()  # what read() reads into
 
     def select(self, job: Job, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """``(js, gids, left)`` of positions ``start .. stop - 1`` of ``job``: the positions
@@ -139,8 +141,9 @@ class ChunkReader:
         return js[go], gids[go], js[~go].tolist()
 
     def read(self, job: Job, start: int, stop: int) -> Chunk:
-        """Read positions ``start .. stop - 1`` of ``job`` into a new buffer (the bytes
-        outlive this call: the GPU path hands them to the consumer), check the scans
+        """Read positions ``start .. stop - 1`` of ``job`` into a buffer of
+        ``self.buffers`` (the bytes outlive this call: the GPU path hands them to the
+        consumer, and gives the buffer back once the decoder took them), check the scans
         never checked intact (then marked) and the pixel limit
         (:data:`~turbofeed.decode.native.READ_BAD`).
 
@@ -153,7 +156,7 @@ class ChunkReader:
         starts = np.zeros(len(gids), dtype=np.int64)
         np.cumsum(files.sizes[:-1], out=starts[1:])
         total = int(files.sizes.sum())
-        buffer = np.empty(total, np.uint8)
+        buffer = self.buffers.take(total)
         checks = ~self.checked[gids]
         head = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer, starts, checks=checks,
                                  max_pixels=self.work.max_pixels)

@@ -64,6 +64,16 @@ def decode_stream(device: torch.device) -> Any:
     return side_stream(device, "decode")
 
 
+def stream_mark(device: torch.device) -> Any:
+    """An event recorded on ``device``'s current stream, marking the end of the work queued
+    there so far (None off CUDA: nothing is queued)."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
 def pixels_tensor(pixels: np.ndarray, device: torch.device) -> torch.Tensor:
     """An HWC uint8 image (or a pre-decoded array sample) as the (3, H, W) tensor a decoder returns."""
     return torch.from_numpy(np.ascontiguousarray(as_rgb(pixels).transpose(2, 0, 1))).to(device)

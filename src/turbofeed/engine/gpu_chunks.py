@@ -2,9 +2,9 @@
 number of Python operations per chunk or batch, not per image.
 
 A feeding thread's task is a chunk of positions (:class:`ChunkedGpuDecode.fill_chunk`):
-one native call reads the chunk's bytes into one buffer (pageable memory, not pinned: the
-decoder's copies from it may still be queued when it returns, and nothing here could
-tell when a pinned block is free to reuse), checks each shard's identity, reads
+one native call reads the chunk's bytes into one reused host buffer
+(:class:`~turbofeed.engine.byte_buffers.ByteBuffers`: given back once the decoder took
+the bytes, handed out again once the device work queued after that call is done), checks each shard's identity, reads
 the headers, refuses images over the pixel limit and checks the scans never checked
 intact (:class:`~turbofeed.engine.chunks.ChunkReader`); the windows come from the
 transform's native program (:meth:`SampleWork.windows`). What the consumer needs of
@@ -42,7 +42,7 @@ from ..transforms import Compose
 from ..transforms.batched import to_device
 from .chunks import ChunkReader
 from .decode_gpu import BatchDecoder, Encoded, GpuDecode
-from .gpu import cpu_decode, fall_back, join_images, resize_joined
+from .gpu import cpu_decode, fall_back, join_images, resize_joined, stream_mark
 from .policy import PassPolicy
 from .work import SampleWork
 
@@ -154,6 +154,7 @@ class ChunkedGpuDecode(GpuDecode):
         left = sorted(chunk.left + chunk.js[~ok].tolist())
         rows = np.flatnonzero(ok)
         if not len(rows):
+            self.reader.buffers.give([chunk.buffer])  # no byte of it is decoded
             return left
         gids, heights, widths = chunk.gids[rows], chunk.heights[rows], chunk.widths[rows]
         windows = self.work.windows(gids, heights, widths)
@@ -218,6 +219,10 @@ class ChunkedGpuDecode(GpuDecode):
         rows = Rows(np.concatenate([p.js for p in packs]), decoded,
                     np.concatenate([p.table for p in packs]), np.concatenate([p.sizes for p in packs]),
                     np.concatenate([p.labels for p in packs]).astype(np.int64))
+        # the decoder took the bytes: their buffers serve the next chunks once the device
+        # work queued on this stream (the decoder's copies from them) is done
+        self.reader.buffers.give([p.buffer for p in packs], stream_mark(self.device))
+        entries.packs = []
         refused = [k for k, image in enumerate(decoded) if image is None]
         if not refused:
             return rows
