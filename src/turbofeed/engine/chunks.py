@@ -129,13 +129,11 @@ class ChunkReader:
         a chunk reads and their sample ids, and the positions left to the per-sample path
         (known bad in this pass, or not a byte range of a local file)."""
         js = np.arange(start, stop)
-        positions = job.positions
-        at = np.arange(positions.start + start * positions.step, positions.start + stop * positions.step,
-                       positions.step)  # job.positions[start:stop], without a Python int per position
-        gids = np.asarray(self.plan.order[at], dtype=np.int64)
+        at = job.positions[start:stop]  # a range: the plan's order is sliced, not indexed
+        gids = np.asarray(self.plan.order[at.start:at.stop:at.step], dtype=np.int64)
         go = self.ranges.readable[gids]
         if self.policy.any_bad():
-            go &= ~self.policy.known_bad(at, gids)
+            go &= ~self.policy.known_bad(np.arange(at.start, at.stop, at.step), gids)
         if go.all():
             return js, gids, []
         return js[go], gids[go], js[~go].tolist()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 class ChunkFiles(NamedTuple):
     """A chunk's reads: per sample the descriptor (int32), offset, size (int64) and the
     identity stamp ``(size, mtime_ns, ctime_ns)`` (int64, n x 3) of its shard; ``source``
-    (int64, the index of each sample's source in the dataset); ``held``: the open files,
+    (int32, the index of each sample's source in the dataset); ``held``: the open files,
     to keep referenced until the reads are done."""
 
     fds: np.ndarray
@@ -56,6 +56,7 @@ class SampleRanges:
 
     Attributes:
         readable: bool per global id: its image is a byte range of a local file.
+        source: int32 per global id: the index of its source.
     """
 
     def __init__(self, sources: list[Source], starts: np.ndarray, bad: dict[int, str] | list[int],
@@ -66,6 +67,8 @@ class SampleRanges:
         self.offsets = np.zeros(n, dtype=np.int64)
         self.sizes = np.zeros(n, dtype=np.int64)
         self.stamps = np.zeros((len(sources), 3), dtype=np.int64)
+        # each sample's source: one index per chunk, where a search of ``starts`` took two calls
+        self.source = np.repeat(np.arange(len(sources), dtype=np.int32), np.diff(self.starts))
         self._refs: list[FileRef | None] = []
         for k, source in enumerate(sources):
             ref = source.file if source.ranges else None
@@ -91,7 +94,7 @@ class SampleRanges:
         Raises:
             StorageError: a shard vanished or is not the indexed version any more.
         """
-        source = np.searchsorted(self.starts, gids, side="right") - 1
+        source = self.source[gids]
         fds = self._fds[source]
         if self._keeps_all and (fds >= 0).all():  # nothing is ever let go: no hold, no lock
             return ChunkFiles(fds, self.offsets[gids], self.sizes[gids], self.stamps[source], source, [])
