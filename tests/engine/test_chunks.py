@@ -72,6 +72,18 @@ def test_chunks_give_the_per_sample_path_batches_bit_for_bit(shards, monkeypatch
     same_batches(chunked, epoch(reference))
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_ranks_chunks_give_the_per_sample_path_batches(shards, monkeypatch, gpu):
+    """A rank of several: its order is a strided view of the epoch's, and a chunk's ids a
+    slice of it (the native calls take contiguous arrays)."""
+    kw = dict(batch_size=12, num_workers=2, shuffle=True, seed=5, transform=T.imagenet_train(32), rank=1,
+              world_size=3, return_keys=True)
+    decoder = (lambda: TensorDecoder()) if gpu else (lambda: None)
+    chunked = epoch(turbofeed.DataLoader(shards, gpu_decode=decoder(), **kw))
+    per_sample(monkeypatch)
+    same_batches(chunked, epoch(turbofeed.DataLoader(shards, gpu_decode=decoder(), **kw)))
+
+
 def test_one_native_call_per_chunk(shards, monkeypatch):
     calls = {"chunks": 0, "samples": 0}
     run = native.run_chunk

@@ -129,8 +129,10 @@ class ChunkReader:
         a chunk reads and their sample ids, and the positions left to the per-sample path
         (known bad in this pass, or not a byte range of a local file)."""
         js = np.arange(start, stop)
-        at = job.positions[start:stop]  # a range: the plan's order is sliced, not indexed
-        gids = np.asarray(self.plan.order[at.start:at.stop:at.step], dtype=np.int64)
+        # a range: the plan's order is sliced, not indexed (and copied where it is a
+        # rank's strided view: the native calls take contiguous arrays)
+        at = job.positions[start:stop]
+        gids = np.ascontiguousarray(self.plan.order[at.start:at.stop:at.step], dtype=np.int64)
         go = self.ranges.readable[gids]
         if self.policy.any_bad():
             go &= ~self.policy.known_bad(np.arange(at.start, at.stop, at.step), gids)
