@@ -191,8 +191,8 @@ RANKS: dict[str, int] = {
     "io": 2, "datasets": 2,
     # 3: the engine
     "engine": 3,
-    # 4: the front-ends, and the gds client (hands tensors to torch/)
-    "torch": 4, "pipeline": 4, "dali": 4, "gds": 4,
+    # 4: the front-ends (Ray Data among them), and the gds client (hands tensors to torch/)
+    "torch": 4, "pipeline": 4, "dali": 4, "gds": 4, "ray": 4,
     # 5: test helpers, the command line, the package root
     "testing": 5, "cli": 5, "_cli_args": 5, "__main__": 5, "_convert": 5, "_datagen": 5, "_doctor": 5,
     "_index_cli": 5, "_plot": 5, "_bench_numpy": 5, "__init__": 5,

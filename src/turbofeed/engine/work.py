@@ -270,15 +270,23 @@ class SampleWork:
 
     def into_slot(self, gid: int, slot: Slot, j: int, *, channels_first: bool) -> None:
         """Load sample ``gid`` straight into ``slot.images[j]``."""
+        self.bytes_into_slot(gid, self.fetch(gid, view=self.native), slot, j, channels_first=channels_first)
+
+    def bytes_into_slot(self, gid: int, data: bytes | memoryview | np.ndarray, slot: Slot, j: int, *,
+                        channels_first: bool) -> None:
+        """Sample ``gid``, whose encoded bytes (or pixels) ``data`` were read elsewhere (a
+        Ray read task: :mod:`turbofeed.ray`), into ``slot.images[j]`` and its label into
+        ``slot.labels[j]``: the pixels :meth:`into_slot` gives it.
+
+        Raises:
+            SampleError: undecodable, damaged or of another size than the slot's.
+        """
         if self.native:
-            data = self.fetch(gid, view=True)
             sample = self._native(gid, data, slot.images[j], channels_first=channels_first)
             if sample is not None:
                 slot.labels[j] = sample.label
                 return
-            sample = self._decode(gid, bytes(data) if isinstance(data, memoryview) else data)
-        else:
-            sample = self.load(gid)
+        sample = self._decode(gid, bytes(data) if isinstance(data, memoryview) else data)
         started = time.perf_counter()
         try:
             out = slot.images[j]
