@@ -16,8 +16,13 @@ Rows (each with a fixed duration or step count, so the whole run takes about 3 m
   gds             GPUDirectClient.read_file_to_gpu through KvikIO (or staging) against a
                   plain read + copy
 
+Each GPU row (gpu-loader, hybrid, resnet50, memory) records the decoder that ran, the
+images that fell back to the CPU and the decoder calls that failed; a row with any of
+them, or without the GPU decoder, is marked invalid (``"valid": false`` and why, in the
+JSON and the block): its figures may be CPU figures.
+
 A row that fails is recorded with its error and the run goes on; the exit status is 1 if
-any row failed. ``--dry-run`` runs every row on the CPU (a CPU stand-in for the GPU
+any row failed or is invalid. ``--dry-run`` runs every row on the CPU (a CPU stand-in for the GPU
 decoder, a tiny model, tiny sizes) so the script is exercised without a GPU.
 
     python bench/gpu_check.py --data DIR --out OUT [--dry-run] [--rows nvjpeg,loader,...]
@@ -44,7 +49,7 @@ import turbofeed
 from turbofeed import transforms as T
 from turbofeed.testing import CpuStandInDecoder  # the dry run's "GPU", as in the GPU tests
 
-from gpu_report import block, goals  # bench/, beside this script
+from gpu_report import block, goals, gpu_rows  # bench/, beside this script
 
 ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
 
@@ -73,6 +78,28 @@ def gpu_decode(s: Settings) -> Any:
     return CpuStandInDecoder() if s.dry_run else True
 
 
+def gpu_record(loader: Any) -> dict:
+    """Which decoder a GPU row's loader used, how many images fell back to the CPU
+    (``stats.errors["gpu_fallback"]``) and which decoder calls failed, by kind; the row
+    is valid only when the GPU decoder ran, nothing fell back and no call failed (the
+    benchmark data holds no CMYK): otherwise its figures may be CPU figures."""
+    decoder = getattr(loader, "_gpu_decoder", None) or getattr(loader, "decoder", None)
+    fallback = loader.stats.errors.get("gpu_fallback", 0)
+    failures = decoder.failures.as_dict() if hasattr(decoder, "failures") else {}
+    why = []
+    if decoder is None:
+        why.append("no GPU decoder: the CPU path ran")
+    if fallback:
+        why.append(f"{fallback} fell back to the CPU")
+    if failures:
+        why.append(f"{sum(failures.values())} decoder calls failed ({'; '.join(failures)[:200]})")
+    out = {"decoder": getattr(decoder, "description", None if decoder is None else type(decoder).__name__),
+           "gpu_fallback": fallback, "decoder_failures": failures, "valid": not why}
+    if why:
+        out["invalid"] = "; ".join(why)
+    return out
+
+
 def loader_rate(s: Settings, shards: list[str], seconds: float, **kwargs: Any) -> dict:
     """Images/s of a DataLoader over ``seconds`` after its first batch (start-up left out)."""
     kwargs.setdefault("num_workers", s.workers)
@@ -92,6 +119,8 @@ def loader_rate(s: Settings, shards: list[str], seconds: float, **kwargs: Any) -
                     out = {"images_per_s": images / elapsed, "images": images, "seconds": elapsed}
                     if kwargs.get("hybrid"):
                         out["hybrid_share"] = loader.hybrid_share
+                    if kwargs.get("gpu_decode"):
+                        out.update(gpu_record(loader))
                     return out
     finally:
         loader.close()
@@ -230,6 +259,7 @@ def row_resnet(s: Settings, shards: list[str], results: dict) -> dict:
             images, labels = next(it)
             return train_step(images, labels.to(device, non_blocking=True) % 1000)
         fed = timed_loop(fed_step, 0.0, s, min_iters=s.steps)
+        fed.update(gpu_record(loader))
     finally:
         loader.close()
     model_name = "tiny CNN (dry run)" if s.dry_run else "torchvision resnet50"
@@ -261,10 +291,11 @@ def row_memory(s: Settings, shards: list[str], results: dict) -> dict:
             n = sum(len(x) for x, _ in loader)
             sync(s)
             epochs.append({"images": n, **_memory_now(s)})
+        record = gpu_record(loader)
     finally:
         loader.close()
     key = "host_rss_mib" if s.dry_run else "device_used_mib"
-    out: dict[str, Any] = {"epochs": epochs, "growth_mib": epochs[-1][key] - epochs[0][key]}
+    out: dict[str, Any] = {"epochs": epochs, "growth_mib": epochs[-1][key] - epochs[0][key], **record}
     if not s.dry_run:
         out["peak_growth_mib"] = epochs[-1]["peak_allocated_mib"] - epochs[0]["peak_allocated_mib"]
     return out
@@ -377,6 +408,7 @@ def main() -> int:
         with open(os.path.join(args.out, "gpu_results.json"), "w") as f:  # after every row: a kill keeps them
             json.dump(report, f, indent=2, default=str)
     report["failed"] = failed
+    report["invalid"] = {name: row["invalid"] for name, row in gpu_rows(report["results"]) if not row["valid"]}
     report["goals"] = [{"goal": g, "measured": m, "met": ok} for g, m, ok in goals(report["results"])]
     with open(os.path.join(args.out, "gpu_results.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
@@ -386,7 +418,9 @@ def main() -> int:
     print(text)
     if failed:
         print(f"gpu_check.py: rows that failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    for name, why in report["invalid"].items():
+        print(f"gpu_check.py: INVALID {name}: {why}", file=sys.stderr)
+    return 1 if failed or report["invalid"] else 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,13 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
     assert probe["gpudecoder_mixed_batch"]["none"] == ["empty", "garbage", "truncated", "cmyk"]
     assert set(report["results"]["loader"]) == {"train-uint8", "train-float", "eval-uint8", "eval-float"}
     assert len(report["results"]["memory"]["epochs"]) == 3
-    assert {g["goal"] for g in report["goals"]} and len(report["goals"]) == 5
+    assert {g["goal"] for g in report["goals"]} and len(report["goals"]) == 6
+    gpu_rows = [*report["results"]["loader"].values(), report["results"]["hybrid"],
+                report["results"]["resnet"]["turbofeed"], report["results"]["memory"]]
+    for row in gpu_rows:  # each says which decoder ran, and nothing fell back
+        assert row["decoder"] == "CPU stand-in (turbofeed.testing.CpuStandInDecoder)", row
+        assert row["valid"] is True and row["gpu_fallback"] == 0 and row["decoder_failures"] == {}, row
+    assert report["invalid"] == {}
     block = (tmp_path / "out" / "gpu_block.md").read_text().strip().splitlines()
     assert block[0] == "<!-- gpu:begin -->" and block[-1] == "<!-- gpu:end -->"
     assert "DRY RUN" in "\n".join(block)
@@ -134,3 +140,75 @@ def test_wheels_over_budget_drop_kvikio_only_when_that_makes_them_fit(tmp_path, 
         assert "dropping KvikIO" in done.stderr and not kv.exists()
     else:
         assert done.returncode != 0 and "over the 2.5 MiB budget" in done.stderr and kv.exists()
+
+
+# --- the GPU rows say which decoder ran; one that fell back is invalid ------------------
+
+def _bench(name: str):
+    """bench/NAME.py as a module (bench/ is not a package: its scripts import each other)."""
+    import importlib
+
+    folder = str(ROOT / "bench")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
+class _Refuses:
+    """A CPU stand-in GPU decoder that refuses every third image and records one failed
+    call, as a GpuDecoder whose nvJPEG failed on them would."""
+
+    description = "refusing stand-in"
+
+    def __init__(self) -> None:
+        from turbofeed.decode.gpu import DecoderFailures
+        from turbofeed.testing import CpuStandInDecoder
+
+        self.inner, self.failures, self.seen = CpuStandInDecoder(), DecoderFailures(), 0
+        self.device = self.inner.device
+
+    def decode(self, datas):
+        out = self.inner.decode(datas)
+        for i in range(len(out)):
+            self.seen += 1
+            if self.seen % 3 == 0:
+                out[i] = None
+        self.failures.record(RuntimeError("nvjpeg stand-in failure"))
+        return out
+
+
+def test_a_gpu_row_that_fell_back_is_invalid_in_the_json_and_the_block(shards):
+    import turbofeed
+    from turbofeed import transforms as T
+    from turbofeed.testing import CpuStandInDecoder
+
+    check, report_module = _bench("gpu_check"), _bench("gpu_report")
+    kw = dict(batch_size=20, num_workers=2, transform=T.imagenet_eval(32))
+    rows = {}
+    for name, decoder in (("good", CpuStandInDecoder()), ("refusing", _Refuses())):
+        loader = turbofeed.DataLoader(shards, gpu_decode=decoder, **kw)
+        assert sum(len(x) for x, _ in loader) == 120
+        rows[name] = check.gpu_record(loader)
+    assert rows["good"] == {"decoder": CpuStandInDecoder.description, "gpu_fallback": 0, "decoder_failures": {},
+                            "valid": True}
+    bad = rows["refusing"]
+    assert bad["valid"] is False and bad["gpu_fallback"] == 40 and bad["decoder"] == "refusing stand-in"
+    assert bad["decoder_failures"] == {"RuntimeError: nvjpeg stand-in failure": 6}
+    assert "40 fell back to the CPU" in bad["invalid"] and "6 decoder calls failed" in bad["invalid"]
+    with pytest.warns(RuntimeWarning, match="decoding on the CPU"):  # no GPU here: the CPU path
+        cpu_loader = turbofeed.DataLoader(shards, gpu_decode=True, **kw)
+    assert check.gpu_record(cpu_loader)["invalid"].startswith("no GPU decoder: the CPU path ran")
+
+    report = {"date": "today", "dry_run": True, "batch": 20, "size": 32, "seconds": 1.0, "images": 120,
+              "env": {"device": "CPU", "torch": "x", "cuda": "none", "cpus": 2},
+              "results": {"nvjpeg": {"images_per_s": 1000.0, "backend": "raw"},
+                          "loader": {"train-uint8": {"images_per_s": 950.0, "of_ceiling": 0.95, **bad},
+                                     "eval-uint8": {"images_per_s": 900.0, "of_ceiling": 0.9, **rows["good"]}}}}
+    block = report_module.block(report)
+    line = next(l for l in block.splitlines() if l.startswith("| gpu-loader train-uint8"))
+    assert "**INVALID** (40 fell back to the CPU" in line and "0.95 of ceiling" in line
+    assert "INVALID" not in next(l for l in block.splitlines() if l.startswith("| gpu-loader eval-uint8"))
+    met = {g: (m, ok) for g, m, ok in report_module.goals(report["results"])}
+    assert met["GPU loader >= 0.9 of raw batched nvJPEG"] == ("0.95 invalid", False)  # 0.95, but a CPU figure
+    assert met["every GPU row valid: the GPU decoder ran, no fallback, no failed call"] == (
+        "1 of 2 valid (invalid: gpu-loader train-uint8)", False)
