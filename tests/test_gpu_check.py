@@ -54,9 +54,17 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
         assert row["decoder"] == "CPU stand-in (turbofeed.testing.CpuStandInDecoder)", row
         assert row["valid"] is True and row["gpu_fallback"] == 0 and row["decoder_failures"] == {}, row
     assert report["invalid"] == {}
+    cpu = report["results"]["cpu"]
+    for row in [*report["results"]["loader"].values(), report["results"]["hybrid"], *cpu.values()]:
+        first = row["epoch1"]  # the first epoch apart: timed whole after its first batch
+        assert first["images"] > 0 and first["images"] % 8 == 0 and first["images_per_s"] > 0, row
+        assert row["images"] > 0 and row["images_per_s"] > 0, row
+    assert cpu["1"]["shards"] < cpu["2"]["shards"]  # data in proportion to the threads
+    assert cpu["1"]["epoch1"]["images"] < cpu["2"]["epoch1"]["images"]
     block = (tmp_path / "out" / "gpu_block.md").read_text().strip().splitlines()
     assert block[0] == "<!-- gpu:begin -->" and block[-1] == "<!-- gpu:end -->"
     assert "DRY RUN" in "\n".join(block)
+    assert "| row | images/s | epoch 1 images/s | note |" in block
 
 
 def test_a_failing_step_is_reported_and_the_next_steps_still_run(tmp_path):
