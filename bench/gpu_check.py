@@ -2,8 +2,8 @@
 """The GPU check's benchmarks: one short run, batch 256, ImageNet-like tar shards.
 
 Rows (each with a fixed duration or step count, so the whole run takes about 3 minutes):
-  probe           what nvJPEG does with truncated, CMYK, PNG, empty and garbage input, and
-                  whether switching "cuda"/"cuda:0" grows memory (bench/gpu_probe.py)
+  probe           what nvJPEG does with truncated, CMYK, PNG, empty and garbage input
+                  (bench/gpu_probe.py)
   nvjpeg-raw      torchvision.io.decode_jpeg(list of CPU tensors, device="cuda"): batched
                   nvJPEG on bytes already in memory, nothing else (the ceiling)
   gpu-loader      turbofeed.DataLoader(gpu_decode=True): train and eval, uint8 and
@@ -19,6 +19,9 @@ Rows (each with a fixed duration or step count, so the whole run takes about 3 m
   memory          device memory after each of three epochs of the GPU loader
   gds             GPUDirectClient.read_file_to_gpu through KvikIO (or staging) against a
                   plain read + copy
+  switch          last, in a process of its own: device memory lost by switching
+                  "cuda"/"cuda:0" 20 times (each switch re-creates torchvision's decoder; a
+                  failed re-creation would poison every row after it in the same process)
 
 Each GPU row (gpu-loader, hybrid, resnet50, memory) records the decoder that ran, the
 images that fell back to the CPU and the decoder calls that failed; a row with any of
@@ -39,6 +42,7 @@ import argparse
 import glob
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -55,7 +59,7 @@ from turbofeed.testing import CpuStandInDecoder  # the dry run's "GPU", as in th
 
 from gpu_report import block, goals, gpu_rows  # bench/, beside this script
 
-ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
+ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds", "switch")
 
 
 class Settings:
@@ -175,6 +179,19 @@ def row_probe(s: Settings, shards: list[str], results: dict) -> dict:
     return probe(read_jpegs(shards, 1)[0], s.dry_run, CpuStandInDecoder() if s.dry_run else None)
 
 
+def row_switch(s: Settings, shards: list[str], results: dict) -> dict:
+    """bench/gpu_probe.py --switch in a child process: what it prints, or its error."""
+    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py"),
+               "--switch", "--data", os.path.dirname(shards[0])] + (["--dry-run"] if s.dry_run else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"gpu_probe.py --switch exit {done.returncode}: {done.stderr.strip()[-400:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if out["process"] == os.getpid():
+        raise RuntimeError("the switch probe ran in the benchmark's own process")
+    return out
+
+
 def row_nvjpeg(s: Settings, shards: list[str], results: dict) -> dict:
     datas = read_jpegs(shards, 8 * s.batch)
     batches = [datas[i:i + s.batch] for i in range(0, len(datas) - s.batch + 1, s.batch)]
@@ -190,10 +207,12 @@ def row_nvjpeg(s: Settings, shards: list[str], results: dict) -> dict:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         tensors = [[torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in b] for b in batches]
+        # the device as GpuDecoder names it: torchvision re-creates its decoder when the name changes
+        device = f"cuda:{torch.cuda.current_device()}"
 
         def step() -> int:
             state["i"] += 1
-            return len(decode_jpeg(tensors[state["i"] % len(tensors)], mode=ImageReadMode.RGB, device="cuda"))
+            return len(decode_jpeg(tensors[state["i"] % len(tensors)], mode=ImageReadMode.RGB, device=device))
         backend = "torchvision.io.decode_jpeg (batched nvJPEG)"
     out = timed_loop(step, s.seconds, s)
     out["backend"] = backend
@@ -412,7 +431,9 @@ def main() -> int:
                               "env": environment(s.dry_run), "results": {}}
     print(f"gpu_check.py: {report['env']}, {images} images in {len(shards)} shards", flush=True)
     failed = []
-    for name in [r for r in args.rows.split(",") if r]:
+    asked = [r for r in args.rows.split(",") if r]
+    # in ROWS' order whatever the order asked: the switch probe last
+    for name in sorted(asked, key=lambda r: ROWS.index(r) if r in ROWS else -1):
         if name not in ROWS:
             print(f"gpu_check.py: unknown row {name!r} (rows: {', '.join(ROWS)})", file=sys.stderr)
             failed.append(name)

@@ -123,11 +123,17 @@ def block(report: dict) -> str:
             lines.append(f"| {name} | {gds[name]['method']} | {gds[name]['gb_per_s']:.2f} |")
     if "error" in gds:
         lines.append(f"| failed | {gds['error'][:120]} | |")
-    probe = r.get("probe") or {}
+    probe, switch = r.get("probe") or {}, r.get("switch") or {}
     lines += ["", f"| odd input ({probe.get('backend', '-')}) | outcome |", "|---|---|"]
     for key, value in probe.items():
         if key != "backend":
             lines.append(f"| {key} | {json.dumps(value) if isinstance(value, dict) else value} |")
+    if "error" in switch:
+        lines.append(f"| device switches (last, own process) | failed: {switch['error'][:120]} |")
+    elif switch:
+        lost = switch.get("device_alternation_mib_lost")
+        lines.append(f"| {switch['switches']} device switches \"cuda\"/\"cuda:0\" (last, own process) | "
+                     + (switch.get("note", "-") if lost is None else f"{lost:.0f} MiB lost") + " |")
     lines += ["", "| goal | measured | met |", "|---|---|---|"]
     for goal, measured, met in goals(r):
         lines.append(f"| {goal} | {measured} | {'-' if met is None else ('yes' if met else 'NO')} |")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
+ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds", "switch")
 
 
 def _check(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -59,6 +59,9 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
         first = row["epoch1"]  # the first epoch apart: timed whole after its first batch
         assert first["images"] > 0 and first["images"] % 8 == 0 and first["images_per_s"] > 0, row
         assert row["images"] > 0 and row["images_per_s"] > 0, row
+    switch = report["results"]["switch"]  # last, in a child process (the row checks the pid)
+    assert list(report["results"])[-1] == "switch" and switch["switches"] == 20
+    assert log.index("gpu_check.py: gds (") < log.index("gpu_check.py: switch (")
     assert cpu["1"]["shards"] < cpu["2"]["shards"]  # data in proportion to the threads
     assert cpu["1"]["epoch1"]["images"] < cpu["2"]["epoch1"]["images"]
     block = (tmp_path / "out" / "gpu_block.md").read_text().strip().splitlines()
