@@ -35,6 +35,7 @@ def test_the_dry_run_runs_every_step_and_writes_the_report(tmp_path):
         assert f"=== [{name}]" in log
         assert any(line.startswith(name) and " ok " in line for line in log.splitlines()), (name, log[-1500:])
     assert '"native_decoder"' in log  # turbofeed doctor --json ran
+    assert log.index("=== [tests]") < log.index("=== [data]") < log.index("=== [bench]")  # the GPU tests first
     assert "passed" in (tmp_path / "out" / "tests.log").read_text()
     report = json.loads((tmp_path / "out" / "gpu_results.json").read_text())
     assert report["dry_run"] is True and report["failed"] == []
@@ -223,3 +224,67 @@ def test_a_gpu_row_that_fell_back_is_invalid_in_the_json_and_the_block(shards):
     assert met["GPU loader >= 0.9 of raw batched nvJPEG"] == ("0.95 invalid", False)  # 0.95, but a CPU figure
     assert met["every GPU row valid: the GPU decoder ran, no fallback, no failed call"] == (
         "1 of 2 valid (invalid: gpu-loader train-uint8)", False)
+
+
+# --- the window's edges: wheels that do not fit, env commands that hang -------------------
+
+def _installable(folder: Path, name: str, tag: str) -> Path:
+    """A wheel pip installs (a package ``name`` with ``X = 1``, and a RECORD)."""
+    dist = f"{name}-1.0"
+    path = folder / f"{dist}-{tag}.whl"
+    files = {f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+             f"{dist}.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n",
+             f"{name}/__init__.py": "X = 1\n"}
+    files[f"{dist}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for f, text in files.items():
+            zf.writestr(f, text)
+    return path
+
+
+def _fit(*args: str) -> list[list[str]]:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "wheel_fit.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line.split("\t") for line in done.stdout.splitlines()]
+
+
+def test_wheel_fit_judges_each_wheel_by_its_tags_and_the_glibc():
+    """The turbofeed wheel (abi3, manylinux_2_34: its extension needs glibc 2.34) on
+    CPython 3.12 with an older and a newer glibc, beside wheels that fit either way and
+    one for another Python."""
+    names = ["turbofeed-0.1.0-cp311-abi3-manylinux_2_34_x86_64.whl",
+             "simplejpeg-1.9.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+             "braceexpand-0.1.7-py2.py3-none-any.whl", "other-1.0-cp313-cp313-manylinux_2_28_x86_64.whl"]
+    old = _fit("--python", "3.12", "--glibc", "2.31", *names)
+    assert old == [["refused", names[0], "needs glibc >= 2.34, this machine has 2.31"],
+                   ["fits", names[1]], ["fits", names[2]],
+                   ["refused", names[3], "none of its tags (cp313-cp313-manylinux_2_28_x86_64) installs here"]]
+    new = _fit("--python", "3.12", "--glibc", "2.39", *names)
+    assert [v[0] for v in new] == ["fits", "fits", "fits", "refused"]
+
+
+def test_the_install_takes_what_fits_and_each_env_command_has_a_timeout(tmp_path):
+    """One pip call for every wheel installed none when pip refused one (gpu-review W2);
+    doctor and gds-status had no timeout (W3). Here a wheel for a glibc no machine has
+    is refused and named while the other installs, and an env timeout of 0.01 s cuts
+    each env command, which the log says, while the tests still run."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _installable(wheels, "fits_here", "py3-none-any")
+    _installable(wheels, "too_new", "py3-none-manylinux_2_99_x86_64")
+    done = _check(tmp_path, "--wheels", str(wheels), "--only", "tests", GPU_CHECK_INSTALL="1",
+                  GPU_CHECK_ENV_TIMEOUT="0.01",
+                  GPU_CHECK_TESTS="tests/test_tiers.py::test_no_entry_is_listed_twice_in_one_tier")
+    log = (tmp_path / "out" / "gpu_check.log").read_text()
+    assert done.returncode == 1, log[-3000:]
+    assert "glibc: " in log and "refused: too_new-1.0-py3-none-manylinux_2_99_x86_64.whl: needs glibc >= 2.99" in log
+    assert "1 of 2 wheels fit" in log
+    site = tmp_path / "work" / "site"
+    assert (site / "fits_here" / "__init__.py").exists() and not (site / "too_new").exists()
+    for what in ("the module probe", "turbofeed doctor", "turbofeed gds-status"):
+        assert f"{what}: timed out after 0.01s" in log, what
+    summary = log.split("=== summary", 1)[1].splitlines()
+    assert any(line.startswith("install") and "FAILED" in line for line in summary), summary
+    assert any(line.startswith("env") and "FAILED" in line for line in summary), summary
+    assert any(line.startswith("tests") and " ok " in line for line in summary), summary
