@@ -135,7 +135,7 @@ def first_jpeg(data: str) -> bytes:
         with tarfile.open(shard) as tar:
             for m in tar:
                 if m.name.endswith(".jpg"):
-                    return tar.extractfile(m).read()  # type: ignore[union-attr]
+                    return tar.extractfile(m).read()
     raise FileNotFoundError(f"no JPEG in the shards of {data}")
 
 

@@ -28,9 +28,9 @@ import sys
 try:  # pip vendors packaging; the GPU machine may not have it on its own
     from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-except ImportError:  # pragma: no cover - depends on the machine
-    from pip._vendor.packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags  # type: ignore[no-redef]
-    from pip._vendor.packaging.utils import InvalidWheelFilename, parse_wheel_filename  # type: ignore[no-redef]
+except ImportError:  # depends on the machine
+    from pip._vendor.packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
+    from pip._vendor.packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 
 def machine_tags(python: str | None, glibc: str | None) -> tuple[set[Tag], str]:
