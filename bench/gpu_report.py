@@ -21,7 +21,8 @@ def gpu_rows(results: dict) -> list[tuple[str, dict]]:
 def invalid(node: Any) -> str:
     """Why a GPU row's figures may be CPU figures (``"valid": false``), or ""."""
     if isinstance(node, dict) and node.get("valid") is False:
-        return f"**INVALID** ({node.get('invalid', 'not the GPU decoder')})"
+        why = str(node.get("invalid", "not the GPU decoder")).replace("|", "/")  # one table cell
+        return f"**INVALID** ({why})"
     return ""
 
 
