@@ -2,22 +2,34 @@
 """The GPU check's benchmarks: one short run, batch 256, ImageNet-like tar shards.
 
 Rows (each with a fixed duration or step count, so the whole run takes about 3 minutes):
-  probe           what nvJPEG does with truncated, CMYK, PNG, empty and garbage input, and
-                  whether switching "cuda"/"cuda:0" grows memory (bench/gpu_probe.py)
+  probe           what nvJPEG does with truncated, CMYK, PNG, empty and garbage input
+                  (bench/gpu_probe.py)
   nvjpeg-raw      torchvision.io.decode_jpeg(list of CPU tensors, device="cuda"): batched
                   nvJPEG on bytes already in memory, nothing else (the ceiling)
   gpu-loader      turbofeed.DataLoader(gpu_decode=True): train and eval, uint8 and
-                  normalised, as a fraction of the ceiling
+                  normalised, as a fraction of the ceiling; each loader row times its
+                  first epoch (which checks every JPEG's scan on the CPU) apart from the
+                  later ones
   hybrid-loader   the same with hybrid=True, and the GPU's share of each batch
-  cpu-loader      the CPU path with 1, 4, 8 and 16 threads (scaling against linear)
-  resnet50        a training step (channels_last, bf16 autocast) fed by turbofeed against
-                  the same model fed synthetic tensors already on the GPU
+  cpu-loader      the CPU path with 1, 4, 8 and 16 threads (scaling against linear), on
+                  shards in proportion to the threads
+  resnet50        a training step (channels_last, bf16 autocast) fed by turbofeed, after
+                  one unmeasured epoch, against the same model fed synthetic tensors
+                  already on the GPU
   memory          device memory after each of three epochs of the GPU loader
   gds             GPUDirectClient.read_file_to_gpu through KvikIO (or staging) against a
                   plain read + copy
+  switch          last, in a process of its own: device memory lost by switching
+                  "cuda"/"cuda:0" 20 times (each switch re-creates torchvision's decoder; a
+                  failed re-creation would poison every row after it in the same process)
+
+Each GPU row (gpu-loader, hybrid, resnet50, memory) records the decoder that ran, the
+images that fell back to the CPU and the decoder calls that failed; a row with any of
+them, or without the GPU decoder, is marked invalid (``"valid": false`` and why, in the
+JSON and the block): its figures may be CPU figures.
 
 A row that fails is recorded with its error and the run goes on; the exit status is 1 if
-any row failed. ``--dry-run`` runs every row on the CPU (a CPU stand-in for the GPU
+any row failed or is invalid. ``--dry-run`` runs every row on the CPU (a CPU stand-in for the GPU
 decoder, a tiny model, tiny sizes) so the script is exercised without a GPU.
 
     python bench/gpu_check.py --data DIR --out OUT [--dry-run] [--rows nvjpeg,loader,...]
@@ -30,6 +42,7 @@ import argparse
 import glob
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -44,9 +57,9 @@ import turbofeed
 from turbofeed import transforms as T
 from turbofeed.testing import CpuStandInDecoder  # the dry run's "GPU", as in the GPU tests
 
-from gpu_report import block, goals  # bench/, beside this script
+from gpu_report import block, goals, gpu_rows  # bench/, beside this script
 
-ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds")
+ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds", "switch")
 
 
 class Settings:
@@ -73,25 +86,62 @@ def gpu_decode(s: Settings) -> Any:
     return CpuStandInDecoder() if s.dry_run else True
 
 
+def gpu_record(loader: Any) -> dict:
+    """Which decoder a GPU row's loader used, how many images fell back to the CPU
+    (``stats.errors["gpu_fallback"]``) and which decoder calls failed, by kind; the row
+    is valid only when the GPU decoder ran, nothing fell back and no call failed (the
+    benchmark data holds no CMYK): otherwise its figures may be CPU figures."""
+    decoder = getattr(loader, "_gpu_decoder", None) or getattr(loader, "decoder", None)
+    fallback = loader.stats.errors.get("gpu_fallback", 0)
+    failures = decoder.failures.as_dict() if hasattr(decoder, "failures") else {}
+    why = []
+    if decoder is None:
+        why.append("no GPU decoder: the CPU path ran")
+    if fallback:
+        why.append(f"{fallback} fell back to the CPU")
+    if failures:
+        why.append(f"{sum(failures.values())} decoder calls failed ({'; '.join(failures)[:200]})")
+    out = {"decoder": getattr(decoder, "description", None if decoder is None else type(decoder).__name__),
+           "gpu_fallback": fallback, "decoder_failures": failures, "valid": not why}
+    if why:
+        out["invalid"] = "; ".join(why)
+    return out
+
+
 def loader_rate(s: Settings, shards: list[str], seconds: float, **kwargs: Any) -> dict:
-    """Images/s of a DataLoader over ``seconds`` after its first batch (start-up left out)."""
+    """A DataLoader's images/s, its first epoch apart from the later ones.
+
+    The first epoch checks each JPEG's whole scan on the CPU (about 0.85 of a CPU decode
+    per image, gpu-review S5; the samples are then known intact), later epochs do not, so
+    one window over both would be neither figure. ``epoch1`` is the first epoch whole,
+    timed from its first batch (start-up left out) to its end; ``images_per_s`` (what
+    the goals read) is the later epochs', over ``seconds``."""
     kwargs.setdefault("num_workers", s.workers)
     loader = turbofeed.DataLoader(shards, batch_size=s.batch, shuffle=True, drop_last=True, **kwargs)
     try:
-        images, started, first = 0, 0.0, True
+        images, started = 0, 0.0
+        for i, (x, _) in enumerate(loader):
+            if i == 0:
+                sync(s)
+                started = time.perf_counter()
+                continue
+            images += len(x)
+        sync(s)
+        elapsed = time.perf_counter() - started
+        epoch1 = {"images_per_s": images / elapsed if images else None, "images": images, "seconds": elapsed}
+        images, started = 0, time.perf_counter()
         while True:
             for x, _ in loader:
-                if first:
-                    sync(s)
-                    started, first = time.perf_counter(), False
-                    continue
                 images += len(x)
                 if time.perf_counter() - started >= seconds:
                     sync(s)
                     elapsed = time.perf_counter() - started
-                    out = {"images_per_s": images / elapsed, "images": images, "seconds": elapsed}
+                    out = {"images_per_s": images / elapsed, "images": images, "seconds": elapsed,
+                           "epoch1": epoch1}
                     if kwargs.get("hybrid"):
                         out["hybrid_share"] = loader.hybrid_share
+                    if kwargs.get("gpu_decode"):
+                        out.update(gpu_record(loader))
                     return out
     finally:
         loader.close()
@@ -129,6 +179,19 @@ def row_probe(s: Settings, shards: list[str], results: dict) -> dict:
     return probe(read_jpegs(shards, 1)[0], s.dry_run, CpuStandInDecoder() if s.dry_run else None)
 
 
+def row_switch(s: Settings, shards: list[str], results: dict) -> dict:
+    """bench/gpu_probe.py --switch in a child process: what it prints, or its error."""
+    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py"),
+               "--switch", "--data", os.path.dirname(shards[0])] + (["--dry-run"] if s.dry_run else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"gpu_probe.py --switch exit {done.returncode}: {done.stderr.strip()[-400:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if out["process"] == os.getpid():
+        raise RuntimeError("the switch probe ran in the benchmark's own process")
+    return out
+
+
 def row_nvjpeg(s: Settings, shards: list[str], results: dict) -> dict:
     datas = read_jpegs(shards, 8 * s.batch)
     batches = [datas[i:i + s.batch] for i in range(0, len(datas) - s.batch + 1, s.batch)]
@@ -144,10 +207,12 @@ def row_nvjpeg(s: Settings, shards: list[str], results: dict) -> dict:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         tensors = [[torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in b] for b in batches]
+        # the device as GpuDecoder names it: torchvision re-creates its decoder when the name changes
+        device = f"cuda:{torch.cuda.current_device()}"
 
         def step() -> int:
             state["i"] += 1
-            return len(decode_jpeg(tensors[state["i"] % len(tensors)], mode=ImageReadMode.RGB, device="cuda"))
+            return len(decode_jpeg(tensors[state["i"] % len(tensors)], mode=ImageReadMode.RGB, device=device))
         backend = "torchvision.io.decode_jpeg (batched nvJPEG)"
     out = timed_loop(step, s.seconds, s)
     out["backend"] = backend
@@ -180,8 +245,12 @@ def row_hybrid(s: Settings, shards: list[str], results: dict) -> dict:
 def row_cpu(s: Settings, shards: list[str], results: dict) -> dict:
     out: dict[str, Any] = {}
     for threads in s.threads:
-        out[str(threads)] = loader_rate(s, shards, s.seconds, transform=T.imagenet_train(s.size),
+        # data in proportion to the threads: each row's first epoch takes about as long
+        # (one thread's first epoch of all 8192 images would take 20 s of the window)
+        part = shards[:max(1, len(shards) * threads // max(s.threads))]
+        out[str(threads)] = loader_rate(s, part, s.seconds, transform=T.imagenet_train(s.size),
                                         num_workers=threads)
+        out[str(threads)]["shards"] = len(part)
     one = out[str(s.threads[0])]["images_per_s"]
     for threads in s.threads:
         out[str(threads)]["of_linear"] = out[str(threads)]["images_per_s"] / (one * threads)
@@ -225,11 +294,14 @@ def row_resnet(s: Settings, shards: list[str], results: dict) -> dict:
             while True:
                 yield from loader
         it = batches()
+        for _ in loader:  # the first epoch, unmeasured: it checks each JPEG's scan on the CPU
+            pass
 
         def fed_step() -> int:
             images, labels = next(it)
             return train_step(images, labels.to(device, non_blocking=True) % 1000)
         fed = timed_loop(fed_step, 0.0, s, min_iters=s.steps)
+        fed.update(gpu_record(loader))
     finally:
         loader.close()
     model_name = "tiny CNN (dry run)" if s.dry_run else "torchvision resnet50"
@@ -261,10 +333,11 @@ def row_memory(s: Settings, shards: list[str], results: dict) -> dict:
             n = sum(len(x) for x, _ in loader)
             sync(s)
             epochs.append({"images": n, **_memory_now(s)})
+        record = gpu_record(loader)
     finally:
         loader.close()
     key = "host_rss_mib" if s.dry_run else "device_used_mib"
-    out: dict[str, Any] = {"epochs": epochs, "growth_mib": epochs[-1][key] - epochs[0][key]}
+    out: dict[str, Any] = {"epochs": epochs, "growth_mib": epochs[-1][key] - epochs[0][key], **record}
     if not s.dry_run:
         out["peak_growth_mib"] = epochs[-1]["peak_allocated_mib"] - epochs[0]["peak_allocated_mib"]
     return out
@@ -358,7 +431,9 @@ def main() -> int:
                               "env": environment(s.dry_run), "results": {}}
     print(f"gpu_check.py: {report['env']}, {images} images in {len(shards)} shards", flush=True)
     failed = []
-    for name in [r for r in args.rows.split(",") if r]:
+    asked = [r for r in args.rows.split(",") if r]
+    # in ROWS' order whatever the order asked: the switch probe last
+    for name in sorted(asked, key=lambda r: ROWS.index(r) if r in ROWS else -1):
         if name not in ROWS:
             print(f"gpu_check.py: unknown row {name!r} (rows: {', '.join(ROWS)})", file=sys.stderr)
             failed.append(name)
@@ -377,6 +452,7 @@ def main() -> int:
         with open(os.path.join(args.out, "gpu_results.json"), "w") as f:  # after every row: a kill keeps them
             json.dump(report, f, indent=2, default=str)
     report["failed"] = failed
+    report["invalid"] = {name: row["invalid"] for name, row in gpu_rows(report["results"]) if not row["valid"]}
     report["goals"] = [{"goal": g, "measured": m, "met": ok} for g, m, ok in goals(report["results"])]
     with open(os.path.join(args.out, "gpu_results.json"), "w") as f:
         json.dump(report, f, indent=2, default=str)
@@ -386,7 +462,9 @@ def main() -> int:
     print(text)
     if failed:
         print(f"gpu_check.py: rows that failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    for name, why in report["invalid"].items():
+        print(f"gpu_check.py: INVALID {name}: {why}", file=sys.stderr)
+    return 1 if failed or report["invalid"] else 0
 
 
 if __name__ == "__main__":

@@ -6,15 +6,27 @@ For torchvision's batched nvJPEG: does one truncated image fail the whole batch;
 truncated JPEG alone raise or decode with a made-up tail (compared with the whole image's
 CPU decode, top and bottom halves); CMYK (compared with Pillow's conversion); a PNG. For
 turbofeed's GpuDecoder: which of [good, empty, garbage, truncated, CMYK, good] come back
-None. And whether alternating ``device="cuda"`` / ``"cuda:0"`` grows device memory
-(torchvision re-creates its process-wide decoder on each switch).
+None.
+
+And, in a process of its own run after every other row (``python bench/gpu_probe.py
+--switch --data DIR``, one JSON line on stdout: :func:`switch_probe`), whether
+alternating ``device="cuda"`` / ``"cuda:0"`` grows device memory: torchvision re-creates
+its process-wide decoder on each switch, losing about 13 MiB each time on an H100, and
+one re-creation that fails would leave every later decode in that process failing
+(gpu-review S6), so it must not share a process with the rows it could poison.
 
 In a dry run the same questions go to the CPU stand-in (answers about the CPU, not nvJPEG).
 """
 
 from __future__ import annotations
 
+import argparse
+import glob
 import io
+import json
+import os
+import sys
+import tarfile
 from typing import Any, Callable
 
 import numpy as np
@@ -62,7 +74,7 @@ def probe(good: bytes, dry_run: bool, stand_in: Any = None) -> dict:
     out: dict[str, Any] = {"backend": "CPU stand-in (dry run)" if dry_run else "torchvision.io.decode_jpeg"}
 
     if dry_run:
-        def batch(names: list[str], device: str = "cpu") -> list:
+        def batch(names: list[str]) -> list:
             images = stand_in.decode([odd[n] for n in names])
             if any(i is None for i in images):
                 raise ValueError("the stand-in refused an image")
@@ -70,9 +82,9 @@ def probe(good: bytes, dry_run: bool, stand_in: Any = None) -> dict:
     else:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        def batch(names: list[str], device: str = "cuda") -> list:
+        def batch(names: list[str]) -> list:  # the device as GpuDecoder names it: no switch
             tensors = [torch.frombuffer(bytearray(odd[n]), dtype=torch.uint8) for n in names]
-            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device))
+            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=f"cuda:{torch.cuda.current_device()}"))
 
     what, _ = _outcome(lambda: batch(["good", "truncated"]))
     out["batch_good_truncated"] = what
@@ -94,12 +106,51 @@ def probe(good: bytes, dry_run: bool, stand_in: Any = None) -> dict:
         out["gpu_decoder"] = decoder.description
     what, images = _outcome(lambda: decoder.decode([odd[n] for n in names]))
     out["gpudecoder_mixed_batch"] = {"outcome": what, "none": [n for n, i in zip(names, images or []) if i is None]}
-
-    if not dry_run:  # torchvision's decoder is re-created on every device switch: does memory grow?
-        torch.cuda.synchronize()
-        before = torch.cuda.mem_get_info()[0]
-        for i in range(20):
-            batch(["good"], device="cuda" if i % 2 else "cuda:0")
-        torch.cuda.synchronize()
-        out["device_alternation_mib_lost"] = (before - torch.cuda.mem_get_info()[0]) / 2**20
     return out
+
+
+def switch_probe(good: bytes, dry_run: bool, switches: int = 20) -> dict:
+    """Device memory lost by decoding ``good`` ``switches`` times, alternating
+    ``"cuda:0"`` and ``"cuda"``; the dry run answers without a device (nothing to lose)."""
+    out: dict[str, Any] = {"switches": switches, "process": os.getpid()}
+    if dry_run:
+        out["device_alternation_mib_lost"] = None
+        out["note"] = "dry run: no device, nothing switched"
+        return out
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    tensor = torch.frombuffer(bytearray(good), dtype=torch.uint8)
+    torch.cuda.synchronize()
+    before = torch.cuda.mem_get_info()[0]
+    for i in range(switches):
+        decode_jpeg([tensor], mode=ImageReadMode.RGB, device="cuda" if i % 2 else "cuda:0")
+    torch.cuda.synchronize()
+    out["device_alternation_mib_lost"] = (before - torch.cuda.mem_get_info()[0]) / 2**20
+    return out
+
+
+def first_jpeg(data: str) -> bytes:
+    """The first JPEG of the first shard in folder ``data``."""
+    for shard in sorted(glob.glob(os.path.join(data, "*.tar"))):
+        with tarfile.open(shard) as tar:
+            for m in tar:
+                if m.name.endswith(".jpg"):
+                    return tar.extractfile(m).read()
+    raise FileNotFoundError(f"no JPEG in the shards of {data}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="the device-switch probe, in a process of its own")
+    ap.add_argument("--switch", action="store_true", help="run the device-switch probe (the only mode)")
+    ap.add_argument("--data", required=True, help="folder of shard-*.tar")
+    ap.add_argument("--switches", type=int, default=20)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    if not args.switch:
+        ap.error("--switch is the only mode")
+    print(json.dumps(switch_probe(first_jpeg(args.data), args.dry_run, args.switches)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

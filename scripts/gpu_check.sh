@@ -2,16 +2,21 @@
 # The whole GPU check in one command, for a short window on a GPU machine with no internet
 # (docs/gpu.md, "Running the GPU check"). Steps, each logged; a step that fails is reported
 # and the next one runs (one failure must not waste the window):
-#   install  the wheels of --wheels DIR (scripts/gpu_wheels.sh made them) into WORK/site with
-#            pip --no-index --no-deps --target; the checkout's src/ is copied to WORK/src with
+#   install  glibc printed; each wheel of --wheels DIR (scripts/gpu_wheels.sh made them) matched
+#            against this machine's tags (scripts/wheel_fit.py: the turbofeed wheel needs
+#            glibc 2.34), and those that fit installed into WORK/site with pip --no-index
+#            --no-deps --target (one call; one per wheel if pip refuses it), so a refused
+#            wheel costs only itself; the checkout's src/ is copied to WORK/src with
 #            the wheel's native decoder (turbofeed/decode/_crop.abi3.so, turbofeed.libs/)
 #            beside it, so code edited in the window runs with the wheel's extension
-#   env      nvidia-smi, Python, torch, CUDA, torchvision, `turbofeed doctor --json`,
-#            `turbofeed gds-status --json`
+#   env      nvidia-smi, Python, glibc, torch, CUDA, torchvision, `turbofeed doctor --json`,
+#            `turbofeed gds-status --json`, each within GPU_CHECK_ENV_TIMEOUT (60 s)
+#   tests    tests/gpu/test_on_gpu.py, tests/gds/test_cuda.py, tests/gds/test_status.py,
+#            tests/test_doctor.py (the CUDA files first), pytest -rs, within a time budget;
+#            before the data and the rows
 #   data     ImageNet-like tar shards in WORK/data (make_imagenet_like.py, one process per core)
-#   tests    tests/gpu, tests/gds/test_cuda.py, tests/gds/test_status.py, tests/test_doctor.py
-#            (every test that skips without CUDA), pytest -rs, within a time budget
-#   bench    bench/gpu_check.py: nvJPEG ceiling, GPU/hybrid/CPU loaders, ResNet-50, memory, GDS
+#   bench    bench/gpu_check.py: nvJPEG ceiling, GPU/hybrid/CPU loaders, ResNet-50, memory, GDS,
+#            the device-switch probe last
 # Into --out DIR: gpu_check.log (all of it), tests.log, gpu_results.json (every figure) and
 # gpu_block.md (the <!-- gpu:begin --> block for bench/RESULTS.md:
 # `python bench/gpu_check.py --record DIR/gpu_block.md` puts it there).
@@ -29,7 +34,9 @@
 # Environment: GPU_CHECK_PYTHON (default python3), GPU_CHECK_TESTS (test paths),
 #   GPU_CHECK_TEST_BUDGET (seconds, default 130), GPU_CHECK_BENCH_BUDGET (default 200; with
 #   install, env and data, about 40 s, the run ends within 6 minutes),
-#   GPU_CHECK_SECONDS (per benchmark row), GPU_CHECK_DATAGEN (the generator script).
+#   GPU_CHECK_SECONDS (per benchmark row), GPU_CHECK_DATAGEN (the generator script),
+#   GPU_CHECK_ENV_TIMEOUT (seconds per env command, default 60), GPU_CHECK_GLIBC (the dry
+#   run's guess of the GPU machine's glibc, default 2.39).
 # Exit status: 0 when every step passed, 1 when any failed, 2 for bad arguments.
 set -uo pipefail
 export PYTHONUNBUFFERED=1  # the log keeps the order things happened in
@@ -60,7 +67,10 @@ OUT=$(cd "$OUT" && pwd); WORK=$(cd "$WORK" && pwd)
 [ -d "$WHEELS" ] && WHEELS=$(cd "$WHEELS" && pwd)
 PY=${GPU_CHECK_PYTHON:-python3}
 if [ "$DRY" = 1 ]; then COUNT=${COUNT:-48}; PER_SHARD=8; else COUNT=${COUNT:-8192}; PER_SHARD=256; fi
-TESTS=${GPU_CHECK_TESTS:-tests/gpu tests/gds/test_cuda.py tests/gds/test_status.py tests/test_doctor.py}
+# the files that need CUDA first, then the CUDA-aware status checks; the stand-in tests of
+# tests/gpu run in CI and behave the same with CUDA present
+TESTS=${GPU_CHECK_TESTS:-tests/gpu/test_on_gpu.py tests/gds/test_cuda.py tests/gds/test_status.py tests/test_doctor.py}
+ENV_TIMEOUT=${GPU_CHECK_ENV_TIMEOUT:-60}
 # dry run: two files that skip without CUDA, and one test that runs only without it
 [ "$DRY" = 1 ] && TESTS=${GPU_CHECK_TESTS:-tests/gpu/test_on_gpu.py tests/gds/test_cuda.py \
     tests/gpu/test_gpu_path.py::test_without_a_gpu_gpu_decode_true_warns_once_and_uses_the_cpu}
@@ -76,28 +86,59 @@ step() {  # step NAME FUNCTION: run it, log its time and status, never stop the 
     return 0
 }
 
+fit_wheels() {  # fit_wheels WHEEL...: FITS (array) from scripts/wheel_fit.py; 1 if any was refused
+    local verdict path why judge=() refused=0
+    [ "$DRY" = 1 ] && judge=(--python 3.12 --glibc "${GPU_CHECK_GLIBC:-2.39}")  # the GPU machine's, as guessed
+    FITS=()
+    while IFS=$'\t' read -r verdict path why; do
+        case "$verdict" in
+            fits) FITS+=("$path") ;;
+            refused) echo "refused: $(basename "$path"): $why"; refused=1
+                     case "$(basename "$path")" in turbofeed-*)
+                         echo "  (the native decoder is missing: the CPU rows run the Python path)" ;; esac ;;
+            *) echo "wheel_fit.py: $verdict $path $why"; refused=1 ;;
+        esac
+    done < <("$PY" "$ROOT/scripts/wheel_fit.py" "${judge[@]}" "$@")
+    return $refused
+}
+
+pip_each() {  # pip_each PIP-ARGS... -- WHEEL...: one call for all; if pip refuses it, one per wheel
+    local args=() wheel rc=0
+    while [ "$1" != -- ]; do args+=("$1"); shift; done; shift
+    [ $# = 0 ] && return 0
+    "$PY" -m pip "${args[@]}" "$@" && return 0
+    echo "pip failed on the $# wheels together: one at a time"
+    for wheel in "$@"; do
+        "$PY" -m pip "${args[@]}" "$wheel" || { echo "pip failed: $(basename "$wheel")"; rc=1; }
+    done
+    return $rc
+}
+
 do_install() {
     shopt -s nullglob
-    local wheels=("$WHEELS"/*.whl) base=${PYTHONPATH:-}
+    local wheels=("$WHEELS"/*.whl) base=${PYTHONPATH:-} rc=0
     # The checkout's code, whatever happens below (a failed install still tests this tree)
     export PYTHONPATH=$ROOT/src${base:+:$base}
+    echo "glibc: $(ldd --version 2>&1 | head -1) (the turbofeed wheel needs 2.34)"
     if [ ${#wheels[@]} = 0 ]; then
         echo "no wheels in $WHEELS: using the environment as it is (scripts/gpu_wheels.sh makes them)"
         [ "$DRY" = 1 ]; return  # a GPU run without the wheels misses simplejpeg, KvikIO, the native decoder
     fi
+    # Each wheel's tags against this machine's first: one refused wheel costs only itself
+    fit_wheels "${wheels[@]}" || rc=1
+    echo "${#FITS[@]} of ${#wheels[@]} wheels fit"
     if [ "$DRY" = 1 ] && [ "${GPU_CHECK_INSTALL:-0}" != 1 ]; then
         # the wheels are cp312: resolve them as the GPU machine will, install nothing
-        echo "dry run: resolving ${#wheels[@]} wheels for CPython 3.12 (pip --dry-run, no index)"
+        echo "dry run: resolving ${#FITS[@]} wheels for CPython 3.12 (pip --dry-run, no index)"
         local platforms=(--platform manylinux2014_x86_64) n  # pip matches each tag exactly
         for n in 17 24 27 28 31 34 35 39; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
-        "$PY" -m pip install -q --dry-run --disable-pip-version-check --no-index --no-deps --only-binary=:all: \
-            --python-version 3.12 --implementation cp "${platforms[@]}" --target "$WORK/dry-site" \
-            "${wheels[@]}" || return 1
-        return 0
+        pip_each install -q --dry-run --disable-pip-version-check --no-index --no-deps --only-binary=:all: \
+            --python-version 3.12 --implementation cp "${platforms[@]}" --target "$WORK/dry-site" -- "${FITS[@]}" || rc=1
+        return $rc
     fi
     rm -rf "$WORK/site" "$WORK/src"
-    "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-        --target "$WORK/site" "${wheels[@]}" || return 1
+    pip_each install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$WORK/site" -- "${FITS[@]}" || rc=1
     mkdir -p "$WORK/src"
     cp -r "$ROOT/src/turbofeed" "$WORK/src/turbofeed"
     find "$WORK/src" \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
@@ -110,17 +151,25 @@ do_install() {
     fi
     export PYTHONPATH=$WORK/src:$WORK/site${base:+:$base}
     echo "PYTHONPATH=$PYTHONPATH"
-    "$PY" -c "import turbofeed, turbofeed.decode.native as n; print('turbofeed', turbofeed.__file__, n.status()[:2])"
+    "$PY" -c "import turbofeed, turbofeed.decode.native as n; print('turbofeed', turbofeed.__file__, n.status()[:2])" || rc=1
+    return $rc
 }
 
-do_env() {
+limited() {  # limited WHAT COMMAND...: COMMAND within $ENV_TIMEOUT s; says so when it ran out
+    local what=$1 rc; shift
+    timeout --kill-after=5 "$ENV_TIMEOUT" "$@"; rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then echo "$what: timed out after ${ENV_TIMEOUT}s"; fi
+    return $rc
+}
+
+do_env() {  # each command within $ENV_TIMEOUT s: a hang (cuFile starting under KvikIO) costs a minute, not the window
     local rc=0
-    if command -v nvidia-smi >/dev/null; then nvidia-smi || rc=1
+    if command -v nvidia-smi >/dev/null; then limited nvidia-smi nvidia-smi || rc=1
     else echo "nvidia-smi: not found"; [ "$DRY" = 1 ] || rc=1; fi
-    "$PY" - <<'EOF' || rc=1
+    limited "the module probe" "$PY" - <<'EOF' || rc=1
 import platform, sys
 import torch
-print("python", sys.version.split()[0], platform.platform())
+print("python", sys.version.split()[0], platform.platform(), "glibc", platform.libc_ver()[1])
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
@@ -132,8 +181,9 @@ for name in ("torchvision", "simplejpeg", "kvikio", "cupy", "nvidia.nvimgcodec")
     except Exception as exc:
         print(name, "-", type(exc).__name__, exc)
 EOF
-    echo "\$ turbofeed doctor --json"; "$PY" -m turbofeed doctor --json || rc=1
-    echo "\$ turbofeed gds-status --json"; "$PY" -m turbofeed gds-status --json || echo "(gds-status exit $?)"
+    echo "\$ turbofeed doctor --json"; limited "turbofeed doctor" "$PY" -m turbofeed doctor --json || rc=1
+    echo "\$ turbofeed gds-status --json"
+    limited "turbofeed gds-status" "$PY" -m turbofeed gds-status --json || echo "(gds-status exit $?)"
     return $rc
 }
 
@@ -219,8 +269,8 @@ main() {
          "$([ "$DRY" = 1 ] && echo "DRY RUN on the CPU" || echo "GPU run"), only: ${ONLY:-everything}"
     step install do_install
     if [ -z "$ONLY" ] || wants tests || wants bench; then step env do_env; fi
+    if wants tests; then step tests do_tests; fi  # the GPU tests first: they need no data
     if wants bench || wants profile; then step data do_data; fi
-    if wants tests; then step tests do_tests; fi
     if wants profile; then step profile do_profile; fi
     if wants bench; then step bench do_bench; fi
     echo; echo "=== summary ($SECONDS s)"; printf '%s\n' "${RESULTS[@]}"

@@ -372,6 +372,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/test_gpu_check.py::test_wheels_check_names_a_requirement_nobody_brings",
         "tests/test_gpu_check.py::test_wheels_check_refuses_two_versions_and_other_pythons",
         "tests/test_gpu_check.py::test_wheels_over_budget_drop_kvikio_only_when_that_makes_them_fit",
+        "tests/test_gpu_check.py::test_the_install_takes_what_fits_and_each_env_command_has_a_timeout",
         "tests/test_packaging.py",
         "tests/test_wheel.py",
     ),

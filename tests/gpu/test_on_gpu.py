@@ -21,6 +21,15 @@ from turbofeed.torch.multi_gpu import MultiGpuTransfer
 if find_backend()[0] is None:
     pytest.skip(f"no GPU decoder: {find_backend()[1]}", allow_module_level=True)
 
+
+def on_the_gpu(stats, decoder) -> None:
+    """No image fell back to the CPU and the decoder's calls never failed: the figures
+    and pixels under test are the GPU's (a full CPU fallback passes every other check)."""
+    assert not stats.errors.get("gpu_fallback"), stats.errors
+    assert isinstance(decoder, GpuDecoder), decoder  # not None: the CPU path after one warning
+    assert decoder.failures.total == 0, decoder.failures.as_dict()
+
+
 # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's: on an H100 (torchvision 0.26,
 # CUDA 13) the mean difference of an ImageNet-like photo was 1.75 levels of 255. A wrong
 # decode (another image, swapped channels, grey) is tens of levels off.
@@ -30,7 +39,9 @@ NVJPEG_MEAN_DIFF = 2.5
 def test_batched_nvjpeg_matches_libjpeg_turbo(shard_paths):
     with tarfile.open(shard_paths[0]) as tar:
         datas = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")][:32]
-    decoded = GpuDecoder("cuda").decode(datas)
+    decoder = GpuDecoder("cuda")
+    decoded = decoder.decode(datas)
+    assert len(decoded) == len(datas) == 32 and decoder.failures.total == 0, decoder.failures.as_dict()
     for data, image in zip(datas, decoded):
         ref = decode(data).transpose(2, 0, 1)
         assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
@@ -60,8 +71,9 @@ def test_each_installed_backend_starts_and_decodes(shard_paths, backend):
     with tarfile.open(shard_paths[0]) as tar:
         datas = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")][:4]
     decoder = GpuDecoder("cuda", backend=backend)
-    assert decoder.backend == backend
+    assert decoder.backend == backend and decoder.description.startswith(f"{backend} on ")
     images = decoder.decode(datas)
+    assert decoder.failures.total == 0, decoder.failures.as_dict()
     for data, image in zip(datas, images):
         ref = decode(data).transpose(2, 0, 1)
         assert image is not None and image.is_cuda and tuple(image.shape) == ref.shape
@@ -73,12 +85,17 @@ def test_cmyk_is_decoded_on_the_cpu(odd_images, tmp_path, tar_writer):
     loader = turbofeed.DataLoader(path, batch_size=2, gpu_decode=True, transform=T.imagenet_eval(32))
     images, _ = next(iter(loader))
     assert images.is_cuda and images.shape == (2, 3, 32, 32)
+    assert loader.stats.errors == {"gpu_fallback": 1}  # the CMYK one: never sent, so no decoder failure
+    assert loader._gpu_decoder.failures.total == 0
 
 
 def test_gpu_loader_matches_cpu_loader(shards):
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64, normalize=True))
-    gpu = [x for x, _ in turbofeed.DataLoader(shards, gpu_decode=True, **kw)]
+    loader = turbofeed.DataLoader(shards, gpu_decode=True, **kw)
+    gpu = [x for x, _ in loader]
     cpu = [x for x, _ in turbofeed.DataLoader(shards, **kw)]
+    on_the_gpu(loader.stats, loader._gpu_decoder)
+    assert len(gpu) == len(cpu) == 8
     for g, c in zip(gpu, cpu):
         assert g.is_cuda and g.shape == c.shape
         assert (g.cpu() - c).abs().mean() < 0.05  # normalised units; ~1 level of 8 bits is 0.017
@@ -96,6 +113,7 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_bits(shards, monkeypatch):
     it = iter(loader)
     assert isinstance(it.engine.decode, ChunkedGpuDecode)
     chunked = [(x.cpu(), y.cpu(), k) for x, y, k in it]
+    on_the_gpu(loader.stats, loader._gpu_decoder)
     monkeypatch.setattr(choose, "chunked", lambda *a, **k: False)
     per_sample = [(x.cpu(), y.cpu(), k) for x, y, k in turbofeed.DataLoader(shards, gpu_decode=True, **kw)]
     assert len(chunked) == len(per_sample)
@@ -117,7 +135,8 @@ def test_the_same_batch_decoded_200_times_is_right_every_time(shard_paths):
         diff = (got.float() - want.float()).abs().mean().item()
         if not diff < NVJPEG_MEAN_DIFF:
             bad.append((epoch, diff))
-    assert not bad and loader.stats.errors.get("gpu_fallback", 0) == 0
+    assert not bad
+    on_the_gpu(loader.stats, loader._gpu_decoder)
 
 
 def test_hybrid_loader_matches_cpu_loader_and_splits_every_batch(shards):
@@ -126,7 +145,8 @@ def test_hybrid_loader_matches_cpu_loader_and_splits_every_batch(shards):
     loader = turbofeed.DataLoader(shards, gpu_decode=True, hybrid=True, **kw)
     hybrid = [(x, y, k) for x, y, k in loader]
     cpu = [(x, y, k) for x, y, k in turbofeed.DataLoader(shards, **kw)]
-    assert [k for *_, k in hybrid] == [k for *_, k in cpu]
+    on_the_gpu(loader.stats, loader._gpu_decoder)
+    assert [k for *_, k in hybrid] == [k for *_, k in cpu] and len(hybrid) == 8
     for (g, gy, _), (c, cy, _) in zip(hybrid, cpu):
         assert g.is_cuda and g.shape == c.shape and torch.equal(gy.cpu(), cy)
         assert (g.cpu() - c).abs().mean() < 0.05
@@ -137,9 +157,10 @@ def test_pipeline_decodes_on_the_gpu(shards):
     kw = dict(num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(64))
     with turbofeed.Pipeline(shards, gpu_decode=True, device_id=0, **kw) as pipe:
         gpu = pipe.next_batch(40)
+        on_the_gpu(pipe.stats, pipe.decoder)
     with turbofeed.Pipeline(shards, **kw) as pipe:
         cpu = pipe.next_batch(40)
-    assert [s.key for s in gpu] == [s.key for s in cpu]
+    assert [s.key for s in gpu] == [s.key for s in cpu] and len(gpu) == 40
     for g, c in zip(gpu, cpu):
         tensor = g.get_gpu_tensor()
         assert tensor is g.tensor and tensor.is_cuda and tuple(tensor.shape) == (64, 64, 3)
@@ -157,6 +178,7 @@ def test_memory_does_not_grow_over_epochs(shards):
         torch.cuda.synchronize()
         gc.collect()
         held.append(torch.cuda.memory_allocated())
+    on_the_gpu(loader.stats, loader._gpu_decoder)
     assert held[3] <= held[1] + 2**20, [f"{h / 2**20:.1f} MiB" for h in held]
 
 

@@ -116,3 +116,26 @@ def test_transforms_import_no_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_constants_go_to_the_device_in_one_copy(monkeypatch):
+    """gpu-review S8: ``normalize`` made two pageable host-to-device copies per batch (each
+    a wait for the device's queued work); now one six-value table through ``to_device``
+    (pinned, non-blocking on CUDA). No GPU here: a recorder stands in for ``to_device``."""
+    from turbofeed.transforms import batched
+
+    copies = []
+
+    def recorded(tensor, device):
+        copies.append((tuple(tensor.shape), tensor.dtype, tensor.device.type, torch.device(device)))
+        return tensor.to(device)
+
+    monkeypatch.setattr(batched, "to_device", recorded)
+    spec = T.Normalize((0.5, 0.4, 0.3), (0.2, 0.25, 0.3), dtype="float16").spec
+    images = torch.arange(2 * 3 * 4 * 5, dtype=torch.uint8).view(2, 3, 4, 5)
+    out = normalize(images, spec)
+    assert copies == [((6,), torch.float32, "cpu", torch.device("cpu"))]
+    want = ((images.float() - torch.tensor(spec.offset).view(3, 1, 1)) * torch.tensor(spec.factor).view(3, 1, 1))
+    assert out.dtype == torch.float16 and torch.equal(out, want.to(torch.float16))
+    hwc = normalize(images.permute(0, 2, 3, 1), spec, channels_first=False)
+    assert len(copies) == 2 and torch.equal(hwc, out.permute(0, 2, 3, 1))

@@ -3,9 +3,12 @@
 Backends, in order of preference when ``backend="auto"``:
 
 - ``nvimgcodec``: NVIDIA nvImageCodec (``pip install nvidia-nvimgcodec-cu13[nvjpeg]``; CUDA 12:
-  ``-cu12``), batched, uses the hardware JPEG engines of A100/H100 where present. One that
-  fails to start (e.g. an API this code does not know) is passed over for torchvision.
+  ``-cu12``), batched, uses the hardware JPEG engines of A100/H100 where present.
 - ``torchvision``: ``torchvision.io.decode_jpeg(list, device="cuda")``, batched nvJPEG.
+
+The one used is the first that decodes a test JPEG right on the device
+(:func:`find_backend`): one that is installed but fails to start, to decode, or decodes
+on the host or wrong is passed over, and the decoder's ``description`` says why.
 
 Images a backend rejects (unusual sampling, corrupt data) come back as None so the
 caller can decode them on the CPU; nothing here raises for one bad image. Some are
@@ -15,7 +18,9 @@ measured on an H100), and images over the pixel limit
 (:func:`turbofeed.decode.max_pixels`), refused before the backend allocates for them;
 the CPU path then decodes them or names the error. torchvision's batched call gives no
 partial results: when it fails anyway, the batch is halved until the bad image is found
-(:func:`decode_bisecting`), about 2 log2(N) calls instead of one per image.
+(:func:`decode_bisecting`), about 2 log2(N) calls instead of one per image. Every
+exception met on the way is counted in the decoder's ``failures`` by kind and logged
+once per kind with its text (:class:`~turbofeed.decode.gpu_failures.DecoderFailures`).
 
 A JPEG with damaged entropy-coded data may be decoded here into garbage without a word
 (nvJPEG does not report libjpeg's corrupt-data warnings): the loaders check each scan on
@@ -25,11 +30,15 @@ it yourself when you use :class:`GpuDecoder` directly.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._deps import simplejpeg
+from .gpu_backend import NOT_INSTALLED, choose_backend, first_line, trial_jpeg, trial_verdict
+from .gpu_failures import DecoderFailures, decode_bisecting, decode_parsed
 from .limits import exceeds, max_pixels
 from .probe import is_jpeg
 
@@ -54,20 +63,6 @@ def sendable(data: bytes | bytearray | memoryview, limit: int | None) -> bool:
     return colorspace not in CPU_ONLY_COLORSPACES and not (limit and exceeds(height, width, limit))
 
 
-def decode_bisecting(decode_many: Callable[[list[Any]], Sequence[Any]], items: list[Any]) -> list[Any | None]:
-    """``decode_many(items)``, which fails as a whole when one item is bad; on failure the
-    halves are tried again, down to single items (None for each that fails alone)."""
-    if not items:
-        return []
-    try:
-        return list(decode_many(items))
-    except Exception:
-        if len(items) == 1:
-            return [None]
-        half = len(items) // 2
-        return decode_bisecting(decode_many, items[:half]) + decode_bisecting(decode_many, items[half:])
-
-
 def encoded_tensors(datas: Sequence[bytes | bytearray | memoryview]) -> list[Any]:
     """The 1-D uint8 CPU tensors ``torchvision.io.decode_jpeg`` takes, one per item (none
     empty): views of one buffer that holds the whole batch.
@@ -82,31 +77,19 @@ def encoded_tensors(datas: Sequence[bytes | bytearray | memoryview]) -> list[Any
     return list(torch.frombuffer(bytearray().join(datas), dtype=torch.uint8).split([len(d) for d in datas]))
 
 
-def decode_parsed(parse: Callable[[Any], Any], decode_many: Callable[[list[Any]], Sequence[Any]],
-                  items: Sequence[Any]) -> list[Any | None]:
-    """``parse`` each item on its own (None for one that raises), then
-    :func:`decode_bisecting` the parsed ones: one item its backend cannot parse no longer
-    fails the whole batch (nvImageCodec fails a whole list of bytes on one it cannot read)."""
-    keep: list[int] = []
-    parsed: list[Any] = []
-    for i, item in enumerate(items):
-        try:
-            parsed.append(parse(item))
-        except Exception:  # the backend's error for data it cannot read: that item is None
-            continue
-        keep.append(i)
-    out: list[Any | None] = [None] * len(items)
-    for i, result in zip(keep, decode_bisecting(decode_many, parsed)):
-        out[i] = result
-    return out
-
-
 class GpuDecodeUnavailable(RuntimeError):
     """No usable GPU decoder here; the message says why."""
 
 
-def find_backend(preferred: str = "auto") -> tuple[str | None, str]:
-    """(backend name or None, reason) for GPU decoding on this machine. Never raises."""
+def find_backend(preferred: str = "auto", device: Any = "cuda",
+                 trial: Callable[[str], str | None] | None = None) -> tuple[str | None, str]:
+    """(backend name or None, reason) for GPU decoding on ``device``. Never raises.
+
+    The backend is the first of ``preferred`` (``"auto"``: nvImageCodec, then torchvision)
+    that decodes a tiny JPEG right on the device (:mod:`turbofeed.decode.gpu_backend`):
+    installed is not enough. Each backend is tried once per device and process.
+    ``trial(name)`` (None: the real one, :func:`trial_decode`) says why a backend does not
+    decode, or None when it does."""
     try:
         import torch
     except ImportError:
@@ -114,22 +97,57 @@ def find_backend(preferred: str = "auto") -> tuple[str | None, str]:
     if not torch.cuda.is_available():
         return None, "no CUDA GPU visible to PyTorch"
     wanted = BACKENDS if preferred == "auto" else (preferred,)
-    missing, broken = [], []
-    for name in wanted:
-        module = "nvidia.nvimgcodec" if name == "nvimgcodec" else "torchvision.io"
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        except Exception as exc:  # installed, but its package fails to import (built for another torch)
-            broken.append(f"{name} is installed but fails to import ({type(exc).__name__}: {exc})")
-            continue
-        if found:
-            return name, f"{name} on {torch.cuda.get_device_name()}"
-        missing.append(name)
-    why = [f"none of {missing} is installed"] if missing else []
-    return None, "; ".join(why + broken) + (" (pip install torchvision built for your torch, or "
-                                            "nvidia-nvimgcodec-cu13[nvjpeg]; CUDA 12: -cu12)")
+    if trial is None:
+        trial = functools.partial(_tried, device)
+    name, passed_over = choose_backend(wanted, trial)
+    if name is not None:
+        return name, "; ".join([f"{name} on {torch.cuda.get_device_name(indexed(device))}", *passed_over])
+    return None, ("no GPU decoder decodes here: " + "; ".join(passed_over)
+                  + " (pip install torchvision built for your torch, or nvidia-nvimgcodec-cu13[nvjpeg]; CUDA 12: -cu12)")
+
+
+def indexed(device: Any) -> Any:
+    """``device`` as a ``torch.device`` with its index (``"cuda"``: the current one):
+    torchvision re-creates (and leaks) its process-wide decoder whenever the device it
+    is given changes, so each GPU has one name."""
+    import torch
+
+    where = torch.device(device)
+    if where.type == "cuda" and where.index is None:
+        where = torch.device("cuda", torch.cuda.current_device())
+    return where
+
+
+_TRIED: dict[tuple[str, str], str | None] = {}
+_TRIED_LOCK = threading.Lock()
+
+
+def _tried(device: Any, name: str) -> str | None:
+    """:func:`trial_decode`, once per backend and device in this process."""
+    key = (name, str(device))
+    with _TRIED_LOCK:
+        if key not in _TRIED:
+            _TRIED[key] = trial_decode(name, device)
+        return _TRIED[key]
+
+
+def trial_decode(name: str, device: Any) -> str | None:
+    """Why backend ``name`` does not decode :func:`~turbofeed.decode.gpu_backend.trial_jpeg`
+    right on ``device``, or None when it does. Needs a GPU."""
+    module = "nvidia.nvimgcodec" if name == "nvimgcodec" else "torchvision.io"
+    try:
+        if importlib.util.find_spec(module) is None:
+            return NOT_INSTALLED
+    except ModuleNotFoundError:
+        return NOT_INSTALLED
+    except Exception as exc:  # installed, but its package fails to import (built for another torch)
+        return f"installed but fails to import ({type(exc).__name__}: {exc})"
+    try:
+        decoder = GpuDecoder.started(name, device)  # the device named first: CUDA may fail to start
+        image = decoder.decode_one(trial_jpeg())
+    except Exception as exc:
+        return f"fails to decode a test JPEG on {device} ({type(exc).__name__}: {first_line(exc)})"
+    return trial_verdict(image, decoder.device)
 
 
 class GpuDecoder:
@@ -137,34 +155,42 @@ class GpuDecoder:
 
     Args:
         device: the CUDA device (``"cuda:0"``).
-        backend: ``"auto"``, ``"nvimgcodec"`` or ``"torchvision"``.
+        backend: ``"auto"``, ``"nvimgcodec"`` or ``"torchvision"``: the first of them that
+            decodes a test JPEG right on ``device`` (:func:`find_backend`).
+
+    Attributes:
+        backend, description: the backend in use, and which GPU and why others were passed over.
+        failures: what the backend's calls raised, by kind (:class:`DecoderFailures`).
 
     Raises:
-        GpuDecodeUnavailable: no GPU or no backend, with the reason.
+        GpuDecodeUnavailable: no GPU or no backend that decodes, with the reason.
     """
 
     def __init__(self, device: Any = "cuda", backend: str = "auto") -> None:
-        name, reason = find_backend(backend)
+        name, reason = find_backend(backend, device)
         if name is None:
             raise GpuDecodeUnavailable(reason)
+        self._start(name, device)
+        self.description = reason
+
+    @classmethod
+    def started(cls, name: str, device: Any) -> GpuDecoder:
+        """A decoder of backend ``name`` on ``device`` without the trial decode (the trial uses it)."""
+        decoder = cls.__new__(cls)
+        decoder._start(name, device)
+        decoder.description = name
+        return decoder
+
+    def _start(self, name: str, device: Any) -> None:
         import torch
 
         self.torch = torch
-        self.device = torch.device(device)
-        if self.device.index is None:  # one name per GPU: torchvision re-creates (and leaks) its
-            self.device = torch.device("cuda", torch.cuda.current_device())  # decoder when it changes
+        self.device = indexed(device)
         self.backend = name
-        self.description = reason
+        self.failures = DecoderFailures()
         self.max_pixels = max_pixels()  # read once, checked per image in decode()
         if name == "nvimgcodec":
-            try:
-                self._open_nvimgcodec()
-            except Exception as exc:  # a release whose API differs: say so, use torchvision
-                why = f"nvImageCodec does not start ({type(exc).__name__}: {exc})"
-                if backend != "auto" or find_backend("torchvision")[0] is None:
-                    raise GpuDecodeUnavailable(why) from exc
-                self.backend = "torchvision"
-                self.description = f"{find_backend('torchvision')[1]}; {why}"
+            self._open_nvimgcodec()
 
     def _open_nvimgcodec(self) -> None:
         import nvidia.nvimgcodec as nvimgcodec
@@ -206,39 +232,46 @@ class GpuDecoder:
             return []
         if self.backend == "nvimgcodec":
             return self._decode_nvimgcodec([t.numpy() for t in tensors])
+        return decode_bisecting(self._torchvision_call, list(tensors), self.failures)
+
+    def decode_one(self, data: bytes) -> Any:
+        """One JPEG through the backend's batched call, raising what the backend raises
+        (nothing split, nothing recorded): :func:`trial_decode`'s decode."""
+        if self.backend == "nvimgcodec":
+            image = self._nvimgcodec_call([self._nvimgcodec.CodeStream(data)])[0]
+            kind = str(getattr(image, "buffer_kind", ""))
+            if "HOST" in kind.upper():  # an nvImageCodec without nvJPEG decodes on the CPU
+                raise RuntimeError(f"nvImageCodec decoded on the host ({kind}), not on the GPU")
+            return self._nvimgcodec_tensor(image)
+        return self._torchvision_call(encoded_tensors([data]))[0]
+
+    def _torchvision_call(self, part: list[Any]) -> list[Any]:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        return decode_bisecting(lambda part: decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device),
-                                list(tensors))
+        return decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device)
+
+    def _nvimgcodec_call(self, part: list[Any]) -> list[Any]:
+        # Ordered on the caller's current stream (the loader's side stream), so the decode
+        # overlaps the training step instead of synchronising with the default stream.
+        stream = self.torch.cuda.current_stream(self.device).cuda_stream
+        return self._decoder.decode(part, params=self._params, cuda_stream=stream)
+
+    def _nvimgcodec_tensor(self, image: Any) -> Any:
+        hwc = self.torch.as_tensor(image, device=self.device)  # zero-copy via __cuda_array_interface__
+        return hwc.permute(2, 0, 1)
 
     def _decode(self, datas: Sequence[bytes]) -> list[Any | None]:
         if self.backend == "nvimgcodec":
             return self._decode_nvimgcodec(datas)
         return self._decode_torchvision(datas)
 
-    def _decode_nvimgcodec(self, datas: Sequence[bytes]) -> list[Any | None]:
-        torch = self.torch
-        # Ordered on the caller's current stream (the loader's side stream), so the decode
-        # overlaps the training step instead of synchronising with the default stream.
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+    def _decode_nvimgcodec(self, datas: Sequence[Any]) -> list[Any | None]:
         # One CodeStream per item, each in its own try: a list of bytes fails as a whole on
         # one item nvImageCodec cannot parse ("Failed to get image info").
-        images = decode_parsed(self._nvimgcodec.CodeStream,
-                               lambda part: self._decoder.decode(part, params=self._params, cuda_stream=stream),
-                               datas)
-        out: list[Any | None] = []
-        for image in images:
-            if image is None:
-                out.append(None)
-                continue
-            hwc = torch.as_tensor(image, device=self.device)  # zero-copy via __cuda_array_interface__
-            out.append(hwc.permute(2, 0, 1))
-        return out
+        images = decode_parsed(self._nvimgcodec.CodeStream, self._nvimgcodec_call, datas, self.failures)
+        return [None if image is None else self._nvimgcodec_tensor(image) for image in images]
 
     def _decode_torchvision(self, datas: Sequence[bytes]) -> list[Any | None]:
-        torch = self.torch
-        from torchvision.io import ImageReadMode, decode_jpeg
-
         # Empty data goes nowhere near torch: frombuffer raises on 0 bytes (a ValueError that
         # would escape the bad-sample policy) and nvJPEG would fail the whole batch.
         keep = [i for i, d in enumerate(datas) if len(d)]
@@ -246,9 +279,7 @@ class GpuDecoder:
         if not keep:
             return out
         encoded = encoded_tensors([datas[i] for i in keep] if len(keep) < len(datas) else datas)
-        images = decode_bisecting(lambda part: decode_jpeg(part, mode=ImageReadMode.RGB, device=self.device),
-                                  encoded)
-        for i, image in zip(keep, images):
+        for i, image in zip(keep, decode_bisecting(self._torchvision_call, encoded, self.failures)):
             out[i] = image
         return out
 

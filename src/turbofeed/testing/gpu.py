@@ -28,7 +28,11 @@ class CpuStandInDecoder:
     Attributes:
         calls: the batch size of each ``decode`` call.
         outputs: every tensor it made.
+        description: what it is, as ``GpuDecoder.description`` says which backend runs
+            (the GPU check records it in each row).
     """
+
+    description = "CPU stand-in (turbofeed.testing.CpuStandInDecoder)"
 
     def __init__(self, seconds_per_image: float = 0.0) -> None:
         import torch
