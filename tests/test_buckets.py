@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from builders import encode, photo, write_tar
+from resume_check import PLAN, PlanRun, check_resume
 
 import turbofeed
 from turbofeed.io.dsindex import fileformat
@@ -84,11 +86,11 @@ def test_plan_gives_every_rank_equal_one_bucket_batches_and_resumes_exactly(drop
     for k in range(len(plans[0])):
         ids = [plans[r].order[list(plans[r].batch_positions(k))] for r in range(2)]
         assert len({int(b) for i in ids for b in groups[i]}) == 1  # one bucket on both ranks at step k
-    start = 3 * 2 * 2  # 3 batches of 2 on 2 ranks
-    for r in range(2):
-        resumed = make_epoch_plan(len(groups), batch_size=2, seed=0, epoch=1, shuffle=True, rank=r, world_size=2,
-                                  drop_last=drop_last, start=start, buckets=groups)
-        assert np.array_equal(resumed.order, plans[r].order[3 * 2:])
+    ranks = partial(PlanRun, lambda rank, world_size, epoch, start: make_epoch_plan(
+        len(groups), batch_size=2, seed=0, epoch=epoch, shuffle=True, rank=rank, world_size=world_size,
+        drop_last=drop_last, start=start, buckets=groups), world_size=2, batch_size=2, epoch=1)
+    steps = len(plans[0])
+    check_resume(ranks, stops=[0, 3, steps - 1, steps, steps + 3], epochs=2, kind=PLAN)  # into epoch 2 too
 
 
 def test_buckets_assign_as_one_image_would_and_parse_specs():
