@@ -131,23 +131,24 @@ PLAN = LOADER.but(keys=lambda ids: ids)
 """A :class:`PlanRun`: the ids of each global batch."""
 
 
-def _dali_passes(pipe: Any, epoch: int) -> Iterator[tuple[list[str], list[int]]]:
+def dali_epoch(pipe: Any) -> Iterator[tuple[list[str], list[int], list]]:
     """``pipe.run()`` to the epoch's ``StopIteration`` (then ``reset()``): each batch's
-    (keys, labels) of a reader with ``return_keys=True``, read out at once (DALI reuses
-    its output buffers)."""
+    (keys, labels, data) of a reader with ``return_keys=True`` giving (data, labels, keys),
+    read out at once (DALI reuses its output buffers)."""
     import numpy as np
 
     while True:
         try:
-            _, labels, keys = pipe.run()
+            data, labels, keys = pipe.run()
         except StopIteration:
             pipe.reset()
             return
         yield ([bytes(np.array(keys[i])).decode() for i in range(len(keys))],
-               [int(np.array(labels[i]).reshape(-1)[0]) for i in range(len(labels))])
+               [int(np.array(labels[i]).reshape(-1)[0]) for i in range(len(labels))],
+               [np.array(data[i]) for i in range(len(data))])
 
 
-DALI = Kind(run=_dali_passes, keys=lambda step: step[0], save=lambda pipe: pipe.checkpoint(),
+DALI = Kind(run=lambda pipe, epoch: dali_epoch(pipe), keys=lambda step: step[0], save=lambda pipe: pipe.checkpoint(),
             restore=lambda make, state: make(checkpoint=state), round_trip=lambda state: state, rolls_over=False)
 """A DALI pipeline of ``turbofeed.dali.reader(..., return_keys=True)`` giving (data, labels,
 keys), built with ``enable_checkpointing=True``: ``make(checkpoint=None)`` builds one,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from builders import small_jpeg, write_tar
-from resume_check import DALI, check_resume
+from resume_check import DALI, check_resume, dali_epoch
 from turbofeed.dali import DALI_FIX
 
 pytest.importorskip("nvidia.dali", reason=f"NVIDIA DALI is not installed: {DALI_FIX}")
@@ -38,22 +38,9 @@ def build(data, batch_size=8, checkpoint=None, decode=False, **options):
     return p
 
 
-def key(t) -> str:
-    return bytes(np.array(t)).decode()
-
-
 def run_epoch(pipe):
     """[(keys, labels, data)] of each batch until StopIteration."""
-    out = []
-    while True:
-        try:
-            data, labels, keys = pipe.run()
-        except StopIteration:
-            pipe.reset()
-            break
-        out.append(([key(keys[i]) for i in range(len(keys))], [int(np.array(labels[i])[0]) for i in range(len(labels))],
-                    [np.array(data[i]) for i in range(len(data))]))
-    return out
+    return list(dali_epoch(pipe))
 
 
 def members(shard_paths) -> dict[str, bytes]:
