@@ -95,9 +95,8 @@ class PlanRun:
     """A pure sampling plan stepped as the loader steps it, so that :func:`check_resume`
     checks its ``start=``. ``order(rank=, world_size=, epoch=, start=)`` is a rank's order of
     an epoch from global position ``start`` (the samples every rank consumed), or an
-    :class:`~turbofeed.plan.EpochPlan` whose ``order`` it is. A step is
-    one global batch: ``batch_size`` ids of each rank, rank 0's first. The state is the
-    loader's position: ``{"epoch", "samples_done"}``; after an epoch's last step, the next
+    :class:`~turbofeed.plan.EpochPlan` whose ``order`` it is. A step is one global batch:
+    ``batch_size`` ids of each rank, rank 0's first. The state is the loader's position: ``{"epoch", "samples_done"}``; after an epoch's last step, the next
     epoch's start."""
 
     def __init__(self, order: Callable[..., Sequence], *, world_size: int = 1, batch_size: int = 1,
