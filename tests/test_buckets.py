@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from builders import encode, photo, write_tar
+from resume_check import LOADER, PLAN, PlanRun, check_resume
 
 import turbofeed
 from turbofeed.io.dsindex import fileformat
@@ -57,6 +59,9 @@ def _epoch(loader) -> list[tuple[tuple, list[str]]]:
     return [(tuple(x.shape), list(k)) for x, _, k in loader]
 
 
+SHAPED = LOADER.but(keys=lambda batch: [tuple(batch[0].shape), *batch[2]])  # check_resume: the shape, then the keys
+
+
 # -- the plan (pure) --------------------------------------------------------------------
 
 def test_bucket_order_is_one_bucket_per_global_batch_every_sample_once_and_deterministic():
@@ -84,11 +89,11 @@ def test_plan_gives_every_rank_equal_one_bucket_batches_and_resumes_exactly(drop
     for k in range(len(plans[0])):
         ids = [plans[r].order[list(plans[r].batch_positions(k))] for r in range(2)]
         assert len({int(b) for i in ids for b in groups[i]}) == 1  # one bucket on both ranks at step k
-    start = 3 * 2 * 2  # 3 batches of 2 on 2 ranks
-    for r in range(2):
-        resumed = make_epoch_plan(len(groups), batch_size=2, seed=0, epoch=1, shuffle=True, rank=r, world_size=2,
-                                  drop_last=drop_last, start=start, buckets=groups)
-        assert np.array_equal(resumed.order, plans[r].order[3 * 2:])
+    ranks = partial(PlanRun, lambda rank, world_size, epoch, start: make_epoch_plan(
+        len(groups), batch_size=2, seed=0, epoch=epoch, shuffle=True, rank=rank, world_size=world_size,
+        drop_last=drop_last, start=start, buckets=groups), world_size=2, batch_size=2, epoch=1)
+    steps = len(plans[0])
+    check_resume(ranks, stops=[0, 3, steps - 1, steps, steps + 3], epochs=2, kind=PLAN)  # into epoch 2 too
 
 
 def test_buckets_assign_as_one_image_would_and_parse_specs():
@@ -181,19 +186,10 @@ def test_two_ranks_take_equal_steps_of_one_bucket(tmp_path, drop_last):
 
 def test_resume_mid_epoch_gives_exactly_the_remaining_batches(tmp_path):
     data, _ = _data(tmp_path / "d")
-    full = _epoch(_loader(data))
-    loader = _loader(data)
-    it = iter(loader)
-    for _ in range(5):
-        next(it)
-    state = loader.state_dict()
-    del it
-    resumed = _loader(data)
-    resumed.load_state_dict(state)
-    assert _epoch(resumed) == full[5:]
+    (run,) = check_resume(lambda: _loader(data), stops=[5], kind=SHAPED).runs
     other = _loader(data, rank=0, world_size=2)
     with pytest.raises(ValueError, match="plan"):  # the cut into global batches depends on the world size
-        other.load_state_dict(state)
+        other.load_state_dict(run.state)
 
 
 def test_a_bad_sample_is_replaced_from_its_own_bucket(tmp_path):
@@ -238,15 +234,7 @@ def test_a_bad_sample_alone_in_its_bucket_drops_that_batch_not_the_run(tmp_path)
     assert loader.state_dict()["epoch"] == 1  # the epoch is done: the next one starts
     assert len(_epoch(loader)) == 10 and loader.stats.dropped_batches == 2  # and so in the next
     # resumed after 3 batches: the rest, the dropped batch left out as before
-    it = iter(loader)
-    head = [next(it) for _ in range(3)]
-    state = loader.state_dict()
-    del it
-    resumed = _loader(data, batch_size=4)
-    resumed.load_state_dict(state)
-    again = _loader(data, batch_size=4)
-    again.set_epoch(2)
-    assert [list(k) for *_, k in head] + [k for _, k in _epoch(resumed)] == [k for _, k in _epoch(again)]
+    check_resume(lambda: _loader(data, batch_size=4), stops=[3], kind=SHAPED)
 
 
 def test_a_bad_sample_of_a_bucket_is_replaced_from_the_bucket_beyond_this_ranks_share(tmp_path):
@@ -395,13 +383,6 @@ def test_a_state_saved_after_the_last_batch_resumes_at_the_next_epoch(tmp_path):
     the epoch's end) resumes at the next epoch's start, as without buckets: not at the
     plan's end, where the batch stream found nothing and said every batch was dropped."""
     data, _ = _data(tmp_path / "d")
-    loader = _loader(data)
-    it = iter(loader)
-    full = [next(it) for _ in range(len(loader))]
-    state = loader.state_dict()
-    del it
-    resumed = _loader(data)
-    resumed.load_state_dict(state)
-    fresh = _loader(data)
-    fresh.set_epoch(1)
-    assert full and _epoch(resumed) == _epoch(fresh)
+    (run,) = check_resume(lambda: _loader(data), stops=[12], epochs=2, kind=SHAPED).runs  # 12 batches an epoch
+    assert (run.epoch, run.step, run.state["epoch"], run.state["batches_done"]) == (0, 12, 1, 0)
+    assert len(run.tail) == 12

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 from collections import Counter
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from resume_check import LOADER, check_resume, loader_passes
 
 import turbofeed
 from turbofeed import transforms as T
@@ -156,31 +156,17 @@ def test_image_folder_labels_are_sorted_class_indices(image_folder):
 
 
 def test_resume_mid_epoch_continues_exactly(shards):
+    """A state saved 3 batches into epoch 2 (a plain JSON-safe dict) resumes the same keys
+    and pixels; the training loop's ``set_epoch(2)`` on restart keeps the resume point."""
     kw = dict(batch_size=16, num_workers=2, shuffle=True, seed=3, transform=T.imagenet_train(32),
               return_keys=True)
-    full = turbofeed.DataLoader(shards, **kw)
-    full.set_epoch(2)
-    whole = run_epoch(full)
-
-    first = turbofeed.DataLoader(shards, **kw)
-    first.set_epoch(2)
-    it = iter(first)
-    head = [next(it) for _ in range(3)]
-    state = json.loads(json.dumps(first.state_dict()))  # plain JSON-safe dict
-    del it
-    assert state["epoch"] == 2 and state["batches_done"] == 3 and state["samples_done"] == 48
-
-    second = turbofeed.DataLoader(shards, **kw)
-    second.load_state_dict(state)
-    second.set_epoch(2)  # what a training loop does on restart: keeps the resume point
-    tail = run_epoch(second)
-    keys = [k for _, _, ks in head for k in ks] + tail[2]
-    assert keys == whole[2]
-    images = [x for x, _, _ in head] + tail[0]
-    assert all(torch.equal(a, b) for a, b in zip(images, whole[0]))
+    result = check_resume(lambda: turbofeed.DataLoader(shards, **kw), stops=[3],
+                          kind=LOADER.but(run=loader_passes(set_epoch=2)))
+    (run,) = result.runs
+    assert (run.state["epoch"], run.state["batches_done"], run.state["samples_done"]) == (2, 3, 48)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(run.steps, result.steps))
     # After the resumed epoch the loader stands at the start of the next epoch.
-    after = second.state_dict()
-    assert (after["epoch"], after["samples_done"], after["batches_done"]) == (3, 0, 0)
+    assert (run.end["epoch"], run.end["samples_done"], run.end["batches_done"]) == (3, 0, 0)
 
 
 def test_resume_state_from_another_setup_is_refused(shards):

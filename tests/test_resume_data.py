@@ -12,6 +12,7 @@ import pytest
 
 import turbofeed
 from builders import small_jpeg, write_tar
+from resume_check import LOADER, check_resume
 from turbofeed import transforms as T
 from turbofeed.io.columns import StrColumn
 from turbofeed.io.dsindex import build_index
@@ -68,19 +69,20 @@ def test_a_label_changed_in_place_with_the_same_size_is_other_data(tmp_path):
 
 def test_the_same_data_copied_elsewhere_resumes_exactly_with_or_without_the_dataset_index(tmp_path, per_shard):
     data = write_data(tmp_path / "here")
-    full = turbofeed.DataLoader(data, **options())
-    expected = [(y.tolist(), keys) for _, y, keys in full][5:]
-    state = saved_after(data, 5)
     for name, indexed in (("there", False), ("indexed", True)):
         copy = str(tmp_path / name)
         shutil.copytree(data, copy)
         if indexed:
             build_index(copy, cache_dir=str(tmp_path / "cache"), progress=False)
-        loader = turbofeed.DataLoader(copy, cache_dir=str(tmp_path / "cache"), index=None if indexed else False,
-                                      **options())
-        assert isinstance(loader.dataset.sources[0].table.keys, StrColumn) == indexed  # the other representation
-        loader.load_state_dict(state)
-        assert [(y.tolist(), keys) for _, y, keys in loader] == expected
+
+        def there() -> turbofeed.DataLoader:
+            loader = turbofeed.DataLoader(copy, cache_dir=str(tmp_path / "cache"), index=None if indexed else False,
+                                          **options())
+            assert isinstance(loader.dataset.sources[0].table.keys, StrColumn) == indexed  # the other representation
+            return loader
+
+        check_resume(lambda: turbofeed.DataLoader(data, **options()), then=there, stops=[5],
+                     kind=LOADER.but(keys=lambda batch: list(zip(batch[1].tolist(), batch[2]))))  # labels and keys
 
 
 def test_more_shards_than_parts_name_the_range_that_differs():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from builders import small_jpeg, write_tar
+from resume_check import DALI, check_resume, dali_epoch
 from turbofeed.dali import DALI_FIX
 
 pytest.importorskip("nvidia.dali", reason=f"NVIDIA DALI is not installed: {DALI_FIX}")
@@ -37,22 +38,9 @@ def build(data, batch_size=8, checkpoint=None, decode=False, **options):
     return p
 
 
-def key(t) -> str:
-    return bytes(np.array(t)).decode()
-
-
-def run_epoch(pipe, limit=None):
-    """[(keys, labels, data)] of each batch until StopIteration (or ``limit`` batches)."""
-    out = []
-    while limit is None or len(out) < limit:
-        try:
-            data, labels, keys = pipe.run()
-        except StopIteration:
-            pipe.reset()
-            break
-        out.append(([key(keys[i]) for i in range(len(keys))], [int(np.array(labels[i])[0]) for i in range(len(labels))],
-                    [np.array(data[i]) for i in range(len(data))]))
-    return out
+def run_epoch(pipe):
+    """[(keys, labels, data)] of each batch until StopIteration."""
+    return list(dali_epoch(pipe))
 
 
 def members(shard_paths) -> dict[str, bytes]:
@@ -119,16 +107,11 @@ def test_uneven_shards_pad_to_equal_batch_counts(shards):
 
 
 def test_checkpoint_after_7_batches_restores_the_uninterrupted_run(shards):
-    whole = build(shards, shuffle=True, seed=1)
-    expected = [b[0] for b in run_epoch(whole)] + [b[0] for b in run_epoch(whole)]
-    first = build(shards, shuffle=True, seed=1)
-    done = [b[0] for b in run_epoch(first, limit=7)]
-    saved = first.checkpoint()  # DALI has prefetched batches beyond the 7th by now
-    del first
-    resumed = build(shards, shuffle=True, seed=1, checkpoint=saved)
-    rest = [b[0] for b in run_epoch(resumed)] + [b[0] for b in run_epoch(resumed)]
-    assert done + rest == expected
-    assert len(expected) == 30
+    """After 7 batches (DALI has prefetched beyond them by then), at the epoch's end (its
+    resumed pipeline ends that epoch first) and 7 batches into the next."""
+    result = check_resume(lambda checkpoint=None: build(shards, shuffle=True, seed=1, checkpoint=checkpoint),
+                          stops=[7, 15, 22], epochs=2, kind=DALI)
+    assert [len(e) for e in result.epochs] == [15, 15]
 
 
 def test_reset_gives_a_new_order_of_the_same_samples(shards):

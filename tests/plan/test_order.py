@@ -8,9 +8,11 @@ truncation), and batch/replacement positions.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import numpy as np
 import pytest
+from resume_check import PLAN, PlanRun, check_resume
 
 from turbofeed.plan import (EpochDraw, EpochPlan, StreamLayout, count_batches, epoch_permutation, make_epoch_plan,
                             rank_order)
@@ -136,9 +138,9 @@ def test_start_continues_the_epoch(n, world, batch, done, new_world):
     kw = dict(seed=11, epoch=3, shuffle=True)
     full = [rank_order(n, rank=r, world_size=world, **kw) for r in range(world)]
     assert set(np.concatenate([f[:done * batch] for f in full]).tolist()) == set(g[:start].tolist())
-    for r in range(world):
-        assert np.array_equal(rank_order(n, rank=r, world_size=world, start=start, **kw),
-                              full[r][done * batch:])
+    ranks = partial(PlanRun, lambda rank, world_size, epoch, start: rank_order(
+        n, rank=rank, world_size=world_size, start=start, **kw), world_size=world, batch_size=batch)
+    check_resume(ranks, stops=[done], kind=PLAN)
     parts = [rank_order(n, rank=r, world_size=new_world, start=start, **kw)
              for r in range(new_world)]
     rest = n - start

@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from resume_check import PLAN, PlanRun, check_resume
 
 from turbofeed.engine.layout import warn_low_diversity, window_blocks
 from turbofeed.plan import StreamLayout
@@ -36,6 +37,12 @@ def layout(shards: int, cache_shards: float, *, nodes: int = 1, ranks_per_node: 
 def plan(lay: StreamLayout, *, epoch: int = 0, seed: int = 0, rank: int = 0, world: int = 1, start: int = 0):
     return make_epoch_plan(int(lay.starts[-1]), batch_size=BATCH, seed=seed, epoch=epoch, shuffle=True, rank=rank,
                            world_size=world, start=start, stream=lay)
+
+
+def stepped(lay: StreamLayout, *, world: int = 1, batch: int = 1) -> PlanRun:
+    """``plan(lay)`` stepped as the loader steps it, for check_resume."""
+    return PlanRun(lambda rank, world_size, epoch, start: plan(lay, epoch=epoch, rank=rank, world=world_size,
+                                                               start=start), world_size=world, batch_size=batch)
 
 
 def shard_of(lay: StreamLayout, ids: np.ndarray) -> np.ndarray:
@@ -86,26 +93,21 @@ def test_the_order_is_a_pure_function_of_the_plan():
     assert not np.array_equal(a.order, plan(lay, seed=4, epoch=2).order)
 
 
-@pytest.mark.parametrize("start", [0, 1, 700, 1501, 2999])
-def test_resume_mid_epoch_gives_exactly_the_rest(start):
-    lay = layout(12, 6)
-    full = plan(lay).order
-    assert np.array_equal(plan(lay, start=start).order, full[start:])
+@pytest.mark.parametrize("stop", [0, 1, 700, 1501, 2999, 3000, 4700])
+def test_resume_mid_epoch_gives_exactly_the_rest(stop):
+    """A step is one sample here: the plan started at ``stop`` (the next epoch's, past 3000)."""
+    check_resume(lambda: stepped(layout(12, 6)), stops=[stop], epochs=2, kind=PLAN)
 
 
 def test_an_elastic_resume_on_fewer_nodes_reads_each_remaining_sample_once():
-    """Started on 2 nodes of 2 ranks (canonical 2), resumed after 1000 samples on 1 node
-    of 3 ranks: the rest of the epoch, no sample lost or repeated."""
+    """Started on 2 nodes of 2 ranks (canonical 2), resumed after 1000, 2000 or 3000 of
+    its 3500 samples on 1 node of 3 ranks: the rest of the epoch, no sample lost, none
+    repeated but the padding of the last positions (2 at most)."""
     lay = layout(14, 6, nodes=2, ranks_per_node=2)
-    before = np.concatenate([plan(lay, rank=r, world=4).order for r in range(4)])
-    everything = np.sort(before)
     resumed = StreamLayout(starts=lay.starts, shard_bytes=lay.shard_bytes, canonical_nodes=2,
                            block_bytes=lay.block_bytes, ranks_per_node=3, overlap=lay.overlap)
-    rest = np.concatenate([plan(resumed, rank=r, world=3, start=1000).order for r in range(3)])
-    done = np.concatenate([plan(lay, rank=r, world=4).order[:250] for r in range(4)])  # 1000 = 4 x 250
-    assert not set(done.tolist()) & set(rest.tolist())
-    assert set(done.tolist()) | set(rest.tolist()) == set(everything.tolist())
-    assert len(rest) - len(set(rest.tolist())) < 3  # the padding of the last positions only
+    check_resume(lambda: stepped(lay, world=4, batch=250), stops=[1, 2, 3], kind=PLAN,
+                 then=lambda: stepped(resumed, world=3, batch=250), elastic=True, may_repeat=2)
 
 
 def held_bytes(lay: StreamLayout, order: np.ndarray, blocks: np.ndarray, ahead: int) -> int:

@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from resume_check import PLAN, PlanRun, check_resume
 
 from turbofeed.plan.order import make_epoch_plan
 from turbofeed.plan.streaming import StreamLayout, node_residue, stream_blocks, stream_order, stream_rank_order
@@ -98,30 +99,27 @@ def test_padding_repeats_the_ranks_own_samples():
     assert {len(t) for t in dropped} == {5} and len(set(flat.tolist())) == 20
 
 
+def ranks_of(g: np.ndarray, *, world: int, per_node: int, batch: int, drop_last: bool = False) -> PlanRun:
+    """The ranks' ``stream_rank_order`` of ``g`` stepped as the loader steps them."""
+    return PlanRun(lambda rank, world_size, epoch, start: stream_rank_order(
+        g, rank=rank, world_size=world_size, ranks_per_node=per_node, canonical_nodes=2, start=start,
+        drop_last=drop_last), world_size=world, batch_size=batch)
+
+
 def test_exact_resume_is_the_rest_of_the_uninterrupted_order():
-    g = order(c=2)
-    b, world = 4, 4
-    for r in range(world):
-        full = stream_rank_order(g, rank=r, world_size=world, ranks_per_node=2, canonical_nodes=2)
-        k = 3  # batches done
-        rest = stream_rank_order(g, rank=r, world_size=world, ranks_per_node=2, canonical_nodes=2,
-                                 start=k * b * world)
-        assert np.array_equal(rest, full[k * b:])
+    g = order(c=2)  # 80 samples on 4 ranks, batches of 4: 5 steps
+    check_resume(lambda: ranks_of(g, world=4, per_node=2, batch=4), stops=range(6), kind=PLAN)
 
 
 @pytest.mark.parametrize("new_world,new_per_node", [(2, 1), (2, 2), (1, 1), (8, 4)])
 def test_elastic_resume_loses_and_repeats_nothing(new_world, new_per_node):
+    """Nothing twice; only drop_last's tail (< the new world size) is left out."""
     g = order(c=2)
-    b, world = 3, 4
-    k = 2
-    done = np.concatenate([stream_rank_order(g, rank=r, world_size=world, ranks_per_node=2,
-                                             canonical_nodes=2)[:k * b] for r in range(world)])
-    rest = [stream_rank_order(g, rank=r, world_size=new_world, ranks_per_node=new_per_node,
-                              canonical_nodes=2, start=k * b * world, drop_last=True) for r in range(new_world)]
-    seen = np.concatenate([done, *rest])
-    assert len(seen) == len(set(seen.tolist()))  # nothing twice
-    assert len(seen) >= 80 - new_world + 1       # only drop_last's tail (< world) is left out
-    assert sorted(done.tolist()) == sorted(g[:k * b * world].tolist())  # the prefix is what was done
+    result = check_resume(lambda: ranks_of(g, world=4, per_node=2, batch=3), stops=[0, 2, 5], kind=PLAN,
+                          then=lambda: ranks_of(g, world=new_world, per_node=new_per_node, batch=3, drop_last=True),
+                          elastic=True, may_lose=new_world - 1)
+    for run in result.runs:  # the prefix is what was done
+        assert sorted(i for step in run.head for i in step) == sorted(g[:run.stop * 3 * 4].tolist())
 
 
 def test_node_count_must_divide_the_canonical_streams():

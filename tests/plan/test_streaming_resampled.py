@@ -14,6 +14,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from resume_check import PLAN, PlanRun, check_resume
 
 from turbofeed.plan import EpochDraw, StreamLayout, make_epoch_plan
 from turbofeed.plan.stream_rounds import RoundsRankOrder, StreamRounds, round_length
@@ -111,20 +112,20 @@ def test_the_order_is_a_function_of_the_plan_inputs_alone():
 
 
 def test_exact_and_elastic_resume_mid_epoch():
-    def rounds_of(per_node: int = 2) -> StreamRounds:  # the run that started: 2 canonical nodes
-        return StreamRounds(draw(900), layout(2, ranks_per_node=per_node), seed=0, epoch=4, shuffle=True)
+    rounds = StreamRounds(draw(900), layout(2, ranks_per_node=2), seed=0, epoch=4, shuffle=True)  # 2 canonical nodes
 
-    everything = whole(rounds_of())
-    # 2 nodes of 2 ranks read 5 steps of 8 samples (160 positions), then 1 node of 2 ranks resumes
-    done = 5 * 8 * 4
-    read = Counter()
-    for rank in range(4):
-        read.update(RoundsRankOrder(rounds_of(), rank=rank, world_size=4, drop_last=False, start=0)[:40].tolist())
-    assert read == Counter(everything[:done].tolist())  # a prefix of G
-    rest = Counter()
-    for rank in range(2):  # 1 node of 2 ranks
-        rest.update(RoundsRankOrder(rounds_of(), rank=rank, world_size=2, drop_last=True, start=done).tolist())
-    assert rest == Counter(everything[done:].tolist())  # the rest, exactly (900 - 160 is even)
+    def ranks(world: int, drop_last: bool) -> PlanRun:  # 8 samples a rank a step
+        return PlanRun(lambda rank, world_size, epoch, start: RoundsRankOrder(
+            rounds, rank=rank, world_size=world_size, drop_last=drop_last, start=start), world_size=world, batch_size=8)
+
+    everything = whole(rounds)
+    # 2 nodes of 2 ranks: 225 samples a rank, 29 steps
+    check_resume(lambda: ranks(4, False), stops=[0, 5, 28, 29], kind=PLAN)
+    # they read 5 steps (160 positions), then 1 node of 2 ranks resumes
+    result = check_resume(lambda: ranks(4, False), stops=[5], kind=PLAN, then=lambda: ranks(2, True), elastic=True)
+    assert Counter(i for step in result.runs[0].head for i in step) == Counter(everything[:160].tolist())  # G's prefix
+    assert Counter(i for step in result.steps for i in step) == Counter(everything.tolist())
+    # the rest, exactly (900 - 160 is even): elastic=True allowed nothing lost or repeated
 
 
 def test_blocks_hold_whole_shards_that_fit_and_streams_are_node_disjoint():
