@@ -343,7 +343,7 @@ def main() -> None:
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         del os.environ[name]  # only what this script configures
 
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
     from turbofeed.testing import FaultProxy, LocalS3Server
 
     shards = ensure_data(args.data, args.per_shard)

@@ -207,7 +207,7 @@ def test_s3_shards_on_a_local_server(tmp_path):
     pytest.importorskip("moto", reason="moto[server] is the local S3 server: pip install 'turbofeed[test]'")
     pytest.importorskip("boto3", reason="boto3 uploads the test shards: pip install 'turbofeed[test]'")
     from builders import upload_shards
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
     from turbofeed.testing import LocalS3Server
 
     with LocalS3Server() as server:

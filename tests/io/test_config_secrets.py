@@ -129,7 +129,7 @@ def test_an_endpoint_carrying_credentials_is_refused_without_repeating_them(make
 
 
 def test_an_endpoint_variable_carrying_credentials_is_refused(monkeypatch):
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:PLANTEDPASS@127.0.0.1:9")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAVISIBLEID")

@@ -26,8 +26,8 @@ from .source import Source
 if TYPE_CHECKING:
     from ..plan.resume import DataPrint
     from .dsindex.load import DatasetIndex
-    from .s3.config import S3Config
-    from .s3.shards import S3Shards
+    from .stores.config import S3Config
+    from .stores.shards import S3Shards
 
 log = logging.getLogger("turbofeed")
 

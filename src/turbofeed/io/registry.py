@@ -18,7 +18,7 @@ tfrecord   ``.tfrecord .tfrec .tfrecords``   :class:`TFRecordSource`      (core)
 A directory holding ``.tar`` shards stays a shard list, and one with sub-folders an
 ImageFolder; a flat one holding data files of one of these formats is the list of those
 files (``images.npy`` beside its ``labels.npy``, a folder of Parquet or TFRecord files). ``s3://``
-items are tar shards (listed by :func:`turbofeed.io.s3.urls.resolve_urls`), or a Zarr store
+items are tar shards (listed by :func:`turbofeed.io.stores.urls.resolve_urls`), or a Zarr store
 when they end in ``.zarr``.
 
 Adding a format: a :class:`~turbofeed.io.Source` class and one :class:`Format` in
@@ -42,13 +42,13 @@ from .local.folder import FolderSource
 from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
 from .paths import INDEX_NAME, PathSpec, expand_local, flat_paths
-from .s3.shards import S3Shards
-from .s3.stores import is_remote
-from .s3.urls import resolve_urls
+from .stores.shards import S3Shards
+from .stores.stores import is_remote
+from .stores.urls import resolve_urls
 from .source import Source
 
 if TYPE_CHECKING:
-    from .s3.config import S3Config
+    from .stores.config import S3Config
 
 
 class Opener:
@@ -202,7 +202,7 @@ def resolve(spec: PathSpec, format: str | None = None, *,
     docstring), in a stable order (a list's entries may be lists: one dataset's paths
     each, as a mix gives; they are flattened). ``format`` says what every path is instead of its extension.
     ``s3://`` items give kind ``"s3"`` (tar shard URLs, see
-    :func:`turbofeed.io.s3.urls.resolve_urls`), reached with ``s3`` (an
+    :func:`turbofeed.io.stores.urls.resolve_urls`), reached with ``s3`` (an
     :class:`~turbofeed.io.S3Config`; default: the process default and the AWS variables
     and profile).
 

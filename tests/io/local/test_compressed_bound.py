@@ -26,8 +26,8 @@ from turbofeed.io import Dataset
 from turbofeed.io.local import compressed
 from turbofeed.io.local.compressed import local_plain_copy, node_cache
 from turbofeed.io.local.files import file_id
-from turbofeed.io.s3.cache import CacheFull, ShardCache
-from turbofeed.io.s3.config import S3Config
+from turbofeed.io.stores.cache import CacheFull, ShardCache
+from turbofeed.io.stores.config import S3Config
 
 MiB = 1 << 20
 ZEROS = bytes(16 * MiB)

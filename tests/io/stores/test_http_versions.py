@@ -20,6 +20,7 @@ import turbofeed
 from turbofeed.io import S3Config
 from turbofeed.io.retry import RetryPolicy
 
+pytest.importorskip("obstore")  # the one reader of these stores
 torch = pytest.importorskip("torch")
 
 # The kinds of server: (ETag sent, Last-Modified sent).
@@ -44,7 +45,7 @@ def web(request, local_shards, tmp_path, monkeypatch):
             srv.files[f"/data/{name}"] = f.read()
     srv.kind = request.param
     yield srv
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     close_clients()
     srv.stop()

@@ -33,8 +33,10 @@ import turbofeed
 from turbofeed.cli import main as cli
 from turbofeed.errors import DatasetError
 from turbofeed.io import AzureConfig, GCSConfig, HTTPConfig, S3Config
-from turbofeed.io.s3.config import configure
-from turbofeed.io.s3.urls import close_clients
+from turbofeed.io.stores.config import configure
+from turbofeed.io.stores.urls import close_clients
+
+pytest.importorskip("obstore")  # the one reader of these stores
 
 # One distinct secret per place a credential can be given; each is recognisable in any
 # text by the word PLANTED (the Azure keys are base64, as Azure's keys are).

@@ -15,6 +15,7 @@ from conftest import PER_SHARD, SHARDS, replace_object
 import turbofeed
 from turbofeed.io.retry import RetryPolicy
 
+pytest.importorskip("obstore")  # the one reader of these stores
 torch = pytest.importorskip("torch")
 
 SHORT_RETRY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005)

@@ -23,8 +23,8 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...extras import require
-from ..s3.config import parse_url
-from ..s3.urls import shared_client
+from ..stores.config import parse_url
+from ..stores.urls import shared_client
 from ..source import Source
 from .common import (BlockReads, as_keys, as_labels, check_pixels, make_table, parse_options, pick_name,
                      rereads_warning)
@@ -49,7 +49,7 @@ def _as_bytes(value: Any) -> bytes:
 
 def _open_s3(zarr: Any, url: str, config: Any) -> Any:
     """Open ``s3://bucket/key`` read-only with zarr's ObjectStore over the bucket's obstore
-    store from :mod:`turbofeed.io.s3.urls` (obstore retries its own requests)."""
+    store from :mod:`turbofeed.io.stores.urls` (obstore retries its own requests)."""
     storage: Any = getattr(zarr, "storage", None)
     client = shared_client(config)
     if not hasattr(storage, "ObjectStore") or getattr(client, "backend", None) != "obstore":

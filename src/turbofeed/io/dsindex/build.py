@@ -27,11 +27,11 @@ from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
 from ..retry import RemoteError
-from ..s3.stores import is_remote
-from ..s3.client import S3Client
-from ..s3.config import ObjectInfo
-from ..s3.copies import temporary_copy
-from ..s3.urls import COMPRESSED, shared_client, stat
+from ..stores.stores import is_remote
+from ..stores.client import S3Client
+from ..stores.config import ObjectInfo
+from ..stores.copies import temporary_copy
+from ..stores.urls import COMPRESSED, shared_client, stat
 from .fileformat import remove_temporaries, write_index
 from .lock import build_lock
 from .load import shard_id
@@ -39,7 +39,7 @@ from .parts import ShardPart, join, local_part, shard_part, unindexed_part
 from .where import cached_path, default_target, describe, index_cache, s3_copy_path
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 log = logging.getLogger("turbofeed")
 

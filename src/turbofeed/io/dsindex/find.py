@@ -15,15 +15,15 @@ from ...errors import DatasetError
 from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
-from ..s3.stores import is_remote
-from ..s3.urls import shared_client
+from ..stores.stores import is_remote
+from ..stores.urls import shared_client
 from .auto import auto_index, file_identity
 from .fileformat import REBUILD
 from .load import DatasetIndex
 from .where import beside, cached_path, describe, s3_copy
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 log = logging.getLogger("turbofeed")
 

@@ -24,7 +24,7 @@ from .index import (TarDamage, default_cache_dir, index_shard, report_damage, ta
                     without_images)
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 
 class TarSource(Source):
@@ -40,7 +40,7 @@ class TarSource(Source):
             and its index are cached (default :func:`default_cache_dir`). A plain shard's
             index is built in memory (a loader takes it from the dataset index instead).
         s3: the :class:`~turbofeed.io.S3Config` whose ``cache_max_bytes`` bounds the node
-            cache (default: the process's, see :func:`turbofeed.io.s3.config.cache_limit`).
+            cache (default: the process's, see :func:`turbofeed.io.stores.config.cache_limit`).
     """
 
     file: FileRef  # always a local file (the Source capability, never None here)

@@ -1,4 +1,4 @@
-"""io.s3.shards: s3:// shards through a real S3-compatible server (moto, on 127.0.0.1) give the
+"""io.stores.shards: s3:// shards through a real S3-compatible server (moto, on 127.0.0.1) give the
 same samples as the local copies: listing, indexes, node cache, prefetch, injected
 faults and a server restart in the middle of an epoch."""
 
@@ -21,9 +21,9 @@ import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
 from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import FaultProxy  # noqa: E402
 
 BUCKET = "tf-data"

@@ -1,5 +1,5 @@
 """Configuration, credentials, counters and object metadata of the S3 client
-(:mod:`turbofeed.io.s3.client`)."""
+(:mod:`turbofeed.io.stores.client`)."""
 
 from __future__ import annotations
 

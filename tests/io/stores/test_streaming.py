@@ -14,8 +14,8 @@ pytest.importorskip("moto")
 pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
 
 BUCKET = "tf-stream"
 SHARDS, PER_SHARD = 16, 10

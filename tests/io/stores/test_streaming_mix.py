@@ -17,7 +17,7 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.engine import layout as layout_module  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
 
 BUCKET = "tf-stream-mix"
 SHARDS, PER_SHARD, BATCH = 12, 48, 8
@@ -32,8 +32,8 @@ def data(server) -> dict:
 @pytest.fixture
 def six_shards(server, data, point_aws_at):
     """A node cache of 6 shards' bytes (the largest, so that 6 whole shards fit)."""
-    from turbofeed.io.s3.client import S3Client
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.client import S3Client
+    from turbofeed.io.stores.urls import close_clients
 
     point_aws_at(server.endpoint)
     largest = max(o.size for o in S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test",

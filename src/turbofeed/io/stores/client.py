@@ -51,7 +51,7 @@ def _require(module: str):
 class S3Client:
     """Ranged reads, listings and atomic uploads against one S3-compatible service.
 
-    Thread-safe; share one per process and configuration (:func:`turbofeed.io.s3.urls.shared_client`).
+    Thread-safe; share one per process and configuration (:func:`turbofeed.io.stores.urls.shared_client`).
     ``close()`` stops retries in progress.
 
     Args:
@@ -334,7 +334,7 @@ class S3Client:
             return data
         return self._call(fetch, f"{url} bytes {start}-{end - 1}", url)
 
-    # ----- transfers of many parts (bodies in :mod:`turbofeed.io.s3.transfers`) -----------
+    # ----- transfers of many parts (bodies in :mod:`turbofeed.io.stores.transfers`) -----------
     def read_into(self, url: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the object's bytes from ``offset``: ``part_size`` bytes per
         ranged GET, up to ``max_concurrency`` GETs at once."""

@@ -17,8 +17,8 @@ if int(zarr.__version__.split(".")[0]) < 3:
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import LocalS3Server  # noqa: E402
 from turbofeed import S3Config  # noqa: E402
 

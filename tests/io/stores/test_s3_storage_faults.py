@@ -18,9 +18,9 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
 
 BUCKET = "tf-faults"
