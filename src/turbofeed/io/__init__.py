@@ -26,7 +26,7 @@ from .local.tar import TarSource
 from .paths import PathSpec, expand_braces
 from .registry import FORMATS, resolve
 from .stores.config import S3Config
-from .stores.stores import AzureConfig, GCSConfig, HTTPConfig
+from .stores.families import AzureConfig, GCSConfig, HTTPConfig
 from .source import Source
 from .table import SampleTable, parse_label, pick_member, split_key
 

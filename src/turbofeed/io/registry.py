@@ -43,7 +43,7 @@ from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
 from .paths import INDEX_NAME, PathSpec, expand_local, flat_paths
 from .stores.shards import S3Shards
-from .stores.stores import is_remote
+from .stores.families import is_remote
 from .stores.urls import resolve_urls
 from .source import Source
 

@@ -21,8 +21,12 @@ NEW = "turbofeed.io.stores"
 warnings.warn(f"turbofeed.io.s3 is now {NEW} (it holds every object store): import from {NEW}; "
               "the old name goes in the next release", DeprecationWarning, stacklevel=2)
 
+#: Old module name -> its name in the new package, where it changed.
+MOVED = {"stores": "families"}
+
 _stores = importlib.import_module(NEW)
-for _module in pkgutil.iter_modules(_stores.__path__):
-    _real = importlib.import_module(f"{NEW}.{_module.name}")
-    sys.modules[f"{__name__}.{_module.name}"] = _real  # `import turbofeed.io.s3.config` finds it here
-    globals()[_module.name] = _real
+_names = {m.name: m.name for m in pkgutil.iter_modules(_stores.__path__)} | MOVED
+for _old, _new in _names.items():
+    _real = importlib.import_module(f"{NEW}.{_new}")
+    sys.modules[f"{__name__}.{_old}"] = _real  # `import turbofeed.io.s3.config` finds it here
+    globals()[_old] = _real

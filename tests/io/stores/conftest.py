@@ -101,7 +101,7 @@ def serve(kind: str, shards: dict, workdir: str) -> Served:
     """Start ``kind``'s server and put the shards on it (skips when it cannot run here)."""
     from turbofeed.io.stores.client import S3Client
     from turbofeed.io.stores.config import S3Config
-    from turbofeed.io.stores.stores import AzureConfig, GCSConfig
+    from turbofeed.io.stores.families import AzureConfig, GCSConfig
 
     def blobs():
         for name in shards["names"]:

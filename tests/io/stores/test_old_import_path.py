@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import turbofeed.io.stores.config
+import turbofeed.io.stores.families
 import turbofeed.io.stores.stream
 
 
@@ -30,4 +31,6 @@ def test_the_old_path_warns_once_and_gives_the_same_modules():
     assert configure is turbofeed.io.stores.config.configure
     assert old_stream is turbofeed.io.stores.stream
     assert sys.modules["turbofeed.io.s3"].urls is sys.modules["turbofeed.io.stores.urls"]
+    from turbofeed.io.s3.stores import AzureConfig  # the module renamed inside the package too
+    assert AzureConfig is turbofeed.io.stores.families.AzureConfig
     forget_old_path()

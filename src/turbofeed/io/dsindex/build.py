@@ -27,7 +27,7 @@ from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
 from ..retry import RemoteError
-from ..stores.stores import is_remote
+from ..stores.families import is_remote
 from ..stores.client import S3Client
 from ..stores.config import ObjectInfo
 from ..stores.copies import temporary_copy

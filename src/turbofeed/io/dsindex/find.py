@@ -15,7 +15,7 @@ from ...errors import DatasetError
 from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
-from ..stores.stores import is_remote
+from ..stores.families import is_remote
 from ..stores.urls import shared_client
 from .auto import auto_index, file_identity
 from .fileformat import REBUILD

@@ -36,7 +36,7 @@ from ..local.index import default_cache_dir
 from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec, flat_paths
 from ..retry import RemoteError
-from ..stores.stores import is_remote
+from ..stores.families import is_remote
 from ..stores.client import S3Client
 from ..stores.errors import not_found
 from ..stores.urls import is_shard, listed_info

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ...base.executor import Executor
 from ..retry import RemoteError
 from .config import parse_url
-from .stores import split_url
+from .families import split_url
 from .versions import etag_of
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from ..paths import INDEX_NAME, expand_braces
 from ..retry import RemoteError
 from .client import S3Client
 from .config import ObjectInfo, S3Config, default_config
-from .stores import ENV_PREFIXES, split_url
+from .families import ENV_PREFIXES, split_url
 from .transfers import run_parts
 from .errors import not_found
 
