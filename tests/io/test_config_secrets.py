@@ -136,7 +136,7 @@ def test_an_endpoint_variable_carrying_credentials_is_refused(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEY)
     try:
         with pytest.raises(DatasetError) as err:
-            resolve("s3://bucket/prefix/", s3=S3Config())
+            resolve("s3://bucket/prefix/", storage=S3Config())
     finally:
         close_clients()
     assert "PLANTED" not in str(err.value) and KEY not in str(err.value)

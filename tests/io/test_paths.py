@@ -100,7 +100,7 @@ def test_s3_url_without_credentials_or_endpoint_fails_fast_naming_it(monkeypatch
     try:
         started = time.monotonic()
         with pytest.raises(DatasetError, match=re.escape(url) + ".*no AWS credentials found"):
-            resolve(url, s3=S3Config())
+            resolve(url, storage=S3Config())
         assert time.monotonic() - started < 3
 
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
@@ -111,7 +111,7 @@ def test_s3_url_without_credentials_or_endpoint_fails_fast_naming_it(monkeypatch
             monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
             started = time.monotonic()
             with pytest.raises(DatasetError) as info:
-                resolve(url, s3=S3Config())
+                resolve(url, storage=S3Config())
             assert time.monotonic() - started < 3
         message = str(info.value)
         assert url in message and f"cannot connect to {endpoint} (3 attempts" in message

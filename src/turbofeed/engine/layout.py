@@ -297,7 +297,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
 
 
 def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,
-               resample: bool, format: str | None = None, s3: S3Config | None = None) -> EpochDraw | None:
+               resample: bool, format: str | None = None, storage: S3Config | None = None) -> EpochDraw | None:
     """The draw of every epoch, or None for every sample once.
 
     ``weights`` needs ``data`` to be a list with one weight per entry; each entry's
@@ -318,7 +318,7 @@ def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | N
                              f"weight per dataset, e.g. data=['s3://a/', 's3://b/'], weights=[0.7, 0.3]")
         from ..io import resolve
 
-        counts = [len(resolve(item, format, s3=s3)) for item in items]
+        counts = [len(resolve(item, format, storage=storage)) for item in items]
         if sum(counts) != len(dataset.sources):
             raise DatasetError(f"the data lists {sum(counts)} sources now, {len(dataset.sources)} when it was "
                                "opened (changed meanwhile?)")

@@ -220,7 +220,7 @@ def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
 
 
 def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths, monkeypatch):
-    """Endpoint and keys passed as Dataset(s3=S3Config(...)) sign the requests (the
+    """Endpoint and keys passed as Dataset(storage=S3Config(...)) sign the requests (the
     proxy sees the key) with every AWS_* variable unset."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -229,7 +229,7 @@ def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths
     with FaultProxy(server.endpoint) as proxy:
         config = S3Config(endpoint_url=proxy.endpoint, access_key_id="from-arguments",
                           secret_access_key="s", retry=FAST_RETRY, cache_max_bytes=1)
-        ds = Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", s3=config)
+        ds = Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", storage=config)
         assert ds.read(41) == Dataset(shard_paths).read(41)
     assert proxy.access_keys == {"from-arguments"}
 

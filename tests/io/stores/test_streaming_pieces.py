@@ -47,7 +47,7 @@ def cache6(server, data, point_aws_at, monkeypatch):
 
 
 def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, s3=config,
+    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, storage=config,
                                 cache_dir=str(cache_dir), return_keys=True, on_error="raise",
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
 
@@ -174,7 +174,7 @@ def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, d
     """Each piece is held for the block that reads it, however often its shard is drawn: no
     sample read with its own GET, the cache within its bound."""
     data_arg = [PREFIX] if "weights" in draw else PREFIX
-    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, s3=cache6, cache_dir=str(tmp_path),
+    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, storage=cache6, cache_dir=str(tmp_path),
                               streaming=True, shuffle=True, return_keys=True, on_error="raise",
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **draw)
     assert dl.stream_layout.pieces is not None
@@ -207,7 +207,7 @@ layout.PIECE_MIN_BYTES, layout.PIECE_MIN_SAMPLES = 16 << 10, 16  # as the fixtur
 endpoint, bound, cache_dir, ckpt, mode = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 config = S3Config(endpoint_url=endpoint, access_key_id="test", secret_access_key="test",
                   cache_max_bytes=bound, retry=FAST_RETRY)
-dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, s3=config, cache_dir=cache_dir,
+dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, storage=config, cache_dir=cache_dir,
                           return_keys=True, on_error="raise",
                           transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
 assert dl.stream_layout.pieces is not None and not dl.stream_layout.pieces.whole.any()
