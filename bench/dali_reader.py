@@ -71,7 +71,7 @@ def callback_cost(paths: list[str], batch_size: int, read_threads: int) -> float
 
     from turbofeed.engine.choose import Source
 
-    source = Source.open(paths, on_error="replace", cache_dir=None, format=None, format_options=None, s3=None,
+    source = Source.open(paths, on_error="replace", cache_dir=None, format=None, format_options=None, storage=None,
                          classes=None)
     batches = tdali.DatasetBatches(source, batch_size=batch_size, shuffle=True, seed=0, shard_id=0, num_shards=1,
                                    threads=read_threads)

@@ -74,8 +74,8 @@ class Bench:
         import boto3
         from botocore.config import Config
 
-        from turbofeed.io.s3.client import S3Client
-        from turbofeed.io.s3.config import S3Config, configure
+        from turbofeed.io.stores.client import S3Client
+        from turbofeed.io.stores.config import S3Config, configure
 
         self.args, self.tmp, self.shards = args, tmp, shards
         self.config = S3Config(endpoint_url=endpoint, access_key_id="bench", secret_access_key="bench")
@@ -128,7 +128,7 @@ class Bench:
         return timed(run)
 
     def cache_fill(self) -> float:
-        from turbofeed.io.s3.shards import S3Shards
+        from turbofeed.io.stores.shards import S3Shards
 
         cache = tempfile.mkdtemp(dir=self.tmp)
         try:
@@ -157,7 +157,7 @@ class Bench:
 
     def epoch_s3_direct(self, warm_cache: str) -> float:
         """Indexes cached, no room for shard copies: every sample is one ranged GET."""
-        from turbofeed.io.s3.config import configure
+        from turbofeed.io.stores.config import configure
 
         cache = tempfile.mkdtemp(dir=self.tmp)
         shutil.copytree(os.path.join(warm_cache, "s3-index"), os.path.join(cache, "s3-index"))
@@ -201,7 +201,7 @@ def main() -> None:
         del os.environ[name]  # only what this script configures
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
     from turbofeed.testing import LocalS3Server
 
     shards = ensure_data(args.data)

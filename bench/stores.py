@@ -59,7 +59,7 @@ def start(kind: str, folder: str, names: list[str], workdir: str):
     from servers import Azurite, GCSEmulator, RangeHTTPServer
 
     from turbofeed.io import AzureConfig, GCSConfig, S3Config
-    from turbofeed.io.s3.client import S3Client
+    from turbofeed.io.stores.client import S3Client
 
     blobs = [(n, open(os.path.join(folder, n), "rb").read()) for n in names]
     brace = f"shard-{{0000..{len(names) - 1:04d}}}.tar"
@@ -95,11 +95,11 @@ def start(kind: str, folder: str, names: list[str], workdir: str):
 def epoch(spec: str, settings: dict, cache_dir: str, **config) -> tuple[int, float]:
     import turbofeed
     from turbofeed.io import S3Config
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     t0 = time.perf_counter()
     dl = turbofeed.DataLoader(spec, batch_size=32, num_workers=2, shuffle=True, seed=1, cache_dir=cache_dir,
-                              s3=S3Config(**settings, **config), transform=turbofeed.transforms.imagenet_eval(64))
+                              storage=S3Config(**settings, **config), transform=turbofeed.transforms.imagenet_eval(64))
     n = sum(len(b[1]) for b in dl)
     dl.close()
     close_clients()

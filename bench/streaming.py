@@ -159,7 +159,7 @@ class Bench:
             env = {**os.environ, "TURBOFEED_CACHE_DIR": self.index_cache}
             subprocess.run([sys.executable, "-m", "turbofeed", "index", self.url], check=True, env=env)
         else:
-            self.turbofeed.DataLoader(self.url, cache_dir=self.index_cache, s3=self.config(),
+            self.turbofeed.DataLoader(self.url, cache_dir=self.index_cache, storage=self.config(),
                                       **self.options()).close()
         seconds = time.perf_counter() - started
         return {**self.proxy.reset_traffic(), "seconds": seconds,
@@ -185,7 +185,7 @@ class Bench:
         self.proxy.reset_traffic()
         try:
             started = time.perf_counter()
-            loader = self.turbofeed.DataLoader(self.url, cache_dir=cache_dir, s3=config, **streaming,
+            loader = self.turbofeed.DataLoader(self.url, cache_dir=cache_dir, storage=config, **streaming,
                                                **self.options())
             built = time.perf_counter()
             construction = self.proxy.reset_traffic()
@@ -343,7 +343,7 @@ def main() -> None:
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         del os.environ[name]  # only what this script configures
 
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
     from turbofeed.testing import FaultProxy, LocalS3Server
 
     shards = ensure_data(args.data, args.per_shard)

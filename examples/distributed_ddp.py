@@ -135,7 +135,7 @@ def train(args: argparse.Namespace) -> None:
         transform=T.imagenet_train(args.image_size, normalize=True),
         device=device if use_cuda else None, return_keys=bool(args.log_keys),
         streaming=True if args.streaming else None,
-        s3=turbofeed.S3Config(cache_max_bytes=args.cache_bytes) if args.cache_bytes else None)
+        storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes) if args.cache_bytes else None)
     model = TinyNet(args.classes).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
     lr = args.base_lr * world  # linear scaling rule

@@ -69,8 +69,8 @@ def upload_shards(endpoint: str, prefix: str, shards: int = 16, per_shard: int =
     ``s<shard>-<i>``) uploaded to ``<prefix>shard-NNNN.tar`` on the S3 server at
     ``endpoint`` (the bucket of ``prefix`` created): ``bytes`` (all shards), ``keys`` and
     ``shard_bytes`` (the mean)."""
-    from turbofeed.io.s3.client import S3Client  # boto3: only for the S3 tests
-    from turbofeed.io.s3.config import S3Config
+    from turbofeed.io.stores.client import S3Client  # boto3: only for the S3 tests
+    from turbofeed.io.stores.config import S3Config
 
     client = S3Client(S3Config(endpoint_url=endpoint, access_key_id="test", secret_access_key="test"))
     client.boto3_client().create_bucket(Bucket=prefix.removeprefix("s3://").split("/", 1)[0])

@@ -55,7 +55,7 @@ def main() -> None:
     loader = turbofeed.DataLoader(args.data, batch_size=args.batch_size, num_workers=1, shuffle=True, seed=0,
                                   enable_distributed=True, return_keys=True, on_error="raise",
                                   transform=T.imagenet_eval(16), streaming=True,
-                                  s3=turbofeed.S3Config(cache_max_bytes=args.cache_bytes))
+                                  storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes))
     shards = getattr(loader.dataset, "s3", None)  # the process's S3 counters, for failure messages
     s3_log = open(f"{args.log_keys}.rank{rank}.s3.jsonl", "w")
 

@@ -114,11 +114,28 @@ def test_a_dataset_and_a_data_argument_is_an_error_naming_it(two, name, value):
 
 
 @pytest.mark.parametrize("name, value", [("weights", [1, 1]), ("epoch_size", 10), ("resample", True),
-                                         ("s3", turbofeed.S3Config())])
+                                         ("storage", turbofeed.S3Config())])
 def test_a_mix_and_a_data_argument_is_an_error_naming_it(two, name, value):
     m = turbofeed.mix([turbofeed.Dataset(two[0]), turbofeed.Dataset(two[1])])
     with pytest.raises(TypeError, match=f"got a Mix and {name}="):
         load(m, **{name: value})
+
+
+def test_the_old_s3_keyword_still_loads_with_one_warning_and_both_together_raise(two):
+    """``s3=`` is ``storage=``'s old name (turbofeed/base/renamed.py), for one release."""
+    config = turbofeed.S3Config(cache_max_bytes=1 << 30)
+    new = load(two[1], index=False, storage=config)
+    with pytest.warns(DeprecationWarning, match=r"DataLoader\(\): s3= is now storage=") as caught:
+        old = load(two[1], index=False, s3=config)
+    assert len(caught) == 1
+    assert same(batches(old), batches(new))
+    assert pickle.loads(pickle.dumps(old))._arguments["storage"] == config  # rebuilt with the new name
+    with pytest.raises(TypeError, match="got both s3= and storage="):
+        load(two[1], s3=config, storage=config)
+    with pytest.warns(DeprecationWarning, match=r"Pipeline\(\): s3= is now storage="):
+        pipe = turbofeed.Pipeline(two[1], num_workers=1, index=False, s3=config)
+    with pipe:
+        assert len(pipe.next_batch(4)) == 4
 
 
 def test_a_mix_whose_datasets_differ_says_it_is_not_supported(two):
@@ -157,8 +174,8 @@ def test_dataset_arguments_are_checked_when_it_is_made():
         turbofeed.Dataset(42)
     with pytest.raises(TypeError, match="takes a path"):
         turbofeed.Dataset([])
-    with pytest.raises(TypeError, match="s3 must be"):
-        turbofeed.Dataset("s3://b/p/", s3={"endpoint": "x"})
+    with pytest.raises(TypeError, match="storage must be"):
+        turbofeed.Dataset("s3://b/p/", storage={"endpoint": "x"})
     with pytest.raises(TypeError, match="classes must be"):
         turbofeed.Dataset("x", classes="cat")
     with pytest.raises(ValueError, match="once"):
@@ -177,10 +194,10 @@ def test_dataset_arguments_are_checked_when_it_is_made():
 
 def test_a_dataset_pickles_copies_and_reads_back(two):
     ds = turbofeed.Dataset(two[0], fields={"image": "jpg", "caption": "txt"}, classes=["a", "b"], index=False,
-                           s3=turbofeed.S3Config(endpoint_url="http://127.0.0.1:1"))
+                           storage=turbofeed.S3Config(endpoint_url="http://127.0.0.1:1"))
     back = pickle.loads(pickle.dumps(ds))
     assert back == ds and back is not ds and copy.deepcopy(ds) == ds
-    assert repr(back) == repr(ds) and repr(ds).startswith(f"Dataset({two[0]!r}, s3=")
+    assert repr(back) == repr(ds) and repr(ds).startswith(f"Dataset({two[0]!r}, storage=")
     m = turbofeed.mix([ds, back], weights=[1, 2], epoch_size=7)
     assert pickle.loads(pickle.dumps(m)) == m
     assert "weights=(1.0, 2.0), epoch_size=7" in repr(m)

@@ -148,7 +148,7 @@ def test_no_module_over_400_lines() -> None:
 
 
 def package_of(module: str) -> str:
-    """``turbofeed.io`` for ``turbofeed.io.s3.cache``; ``turbofeed`` for top-level modules."""
+    """``turbofeed.io`` for ``turbofeed.io.stores.cache``; ``turbofeed`` for top-level modules."""
     parts = module.split(".")
     if len(parts) > 1 and (PACKAGE / parts[1]).is_dir():
         return ".".join(parts[:2])
@@ -200,7 +200,7 @@ RANKS: dict[str, int] = {
 
 
 def unit_of(module: str) -> str:
-    """What ``RANKS`` ranks: ``io`` for ``turbofeed.io.s3.cache``, ``errors`` for
+    """What ``RANKS`` ranks: ``io`` for ``turbofeed.io.stores.cache``, ``errors`` for
     ``turbofeed.errors``, ``__init__`` for ``turbofeed`` itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"

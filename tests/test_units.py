@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from turbofeed.io import S3Config
-from turbofeed.io.s3.config import cache_limit
+from turbofeed.io.stores.config import cache_limit
 from turbofeed.units import SizeError, parse_size
 
 

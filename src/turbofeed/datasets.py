@@ -1,6 +1,6 @@
 """Datasets as objects: what the data is and how it is read, apart from how batches are made.
 
-``turbofeed.Dataset(data, format=..., fields=..., s3=...)`` describes one dataset;
+``turbofeed.Dataset(data, format=..., fields=..., storage=...)`` describes one dataset;
 ``turbofeed.mix([Dataset(...), Dataset(...)], weights=[...])`` describes a weighted mix.
 Both are light descriptions: they check their arguments when made and open nothing;
 :class:`turbofeed.DataLoader` and :class:`turbofeed.Pipeline` open them (STYLE.md 13).
@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import Any, NamedTuple, Union
 
+from .base.renamed import accepts_renamed
 from .decode.field_specs import FieldOptions
 from .io import FORMATS, PathSpec, S3Config
 from .io.arrays.common import parse_options
@@ -32,7 +33,7 @@ from .redact import redact_url
 Paths = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
 #: The options of :class:`Dataset` (all but ``data``), in signature order.
-OPTIONS = ("format", "format_options", "s3", "cache_dir", "classes", "fields", "decoders", "index", "streaming")
+OPTIONS = ("format", "format_options", "storage", "cache_dir", "classes", "fields", "decoders", "index", "streaming")
 
 
 def _is_path(item: object) -> bool:
@@ -93,9 +94,11 @@ class Dataset:
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g.
             ``{"images": "img", "labels": "y"}``.
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
-            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
-            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
+        storage: where the object stores are and how to reach them: endpoint, credentials,
+            cache and retry settings for ``s3://`` paths, and (its ``gcs``/``azure``/``http``
+            fields) for ``gs://``, ``az://`` and ``https://`` ones (a :class:`turbofeed.S3Config`,
+            which configures every store; default: each ecosystem's variables). Was ``s3=``,
+            accepted for one release with a ``DeprecationWarning``.
         cache_dir: where tar indexes are cached (default ``~/.cache/turbofeed``).
         classes: class names in id order, for labels given by name (``.txt``, JSON
             strings, ImageFolder folders): ``classes[i]`` gets id ``i`` whatever names the
@@ -117,14 +120,14 @@ class Dataset:
     Example::
 
         train = turbofeed.Dataset("s3://bucket/laion/{00000..00099}.tar",
-                                  fields={"image": "jpg;png", "caption": "txt"}, s3=S3Config(...))
+                                  fields={"image": "jpg;png", "caption": "txt"}, storage=S3Config(...))
         loader = turbofeed.DataLoader(train, batch_size=256, shuffle=True)
     """
 
     data: Paths
     format: str | None = field(default=None, kw_only=True)
     format_options: dict[str, Any] | None = field(default=None, kw_only=True)
-    s3: S3Config | None = field(default=None, kw_only=True)
+    storage: S3Config | None = field(default=None, kw_only=True)
     cache_dir: str | os.PathLike | None = field(default=None, kw_only=True)
     classes: Sequence[str] | None = field(default=None, kw_only=True)
     fields: dict[str, str] | None = field(default=None, kw_only=True)
@@ -141,8 +144,8 @@ class Dataset:
             raise ValueError(f"format must be one of {FORMATS} or None (by extension), got {self.format!r}")
         put("format_options", _check_mapping("format_options", self.format_options))
         parse_options(self.format_options)  # an unknown name fails now, not at the first read
-        if self.s3 is not None and not isinstance(self.s3, S3Config):
-            raise TypeError(f"s3 must be a turbofeed.S3Config, got {type(self.s3).__name__}")
+        if self.storage is not None and not isinstance(self.storage, S3Config):
+            raise TypeError(f"storage must be a turbofeed.S3Config, got {type(self.storage).__name__}")
         if self.cache_dir is not None and not _is_path(self.cache_dir):
             raise TypeError(f"cache_dir must be a path (str or os.PathLike), got {self.cache_dir!r:.80}")
         put("classes", _check_classes(self.classes))
@@ -172,6 +175,10 @@ class Dataset:
         given = [f"{name}={value!r}" for name, value in self.options().items() if value is not None]
         data = [_shown(d) for d in self.data] if isinstance(self.data, tuple) else _shown(self.data)
         return f"Dataset({', '.join([repr(data), *given])})"
+
+
+# s3=, the old name of storage=, accepted for one release (base/renamed.py)
+setattr(Dataset, "__init__", accepts_renamed(Dataset.__init__))  # the dataclass's own __init__, wrapped
 
 
 def _shown(item: Any) -> Any:
@@ -210,7 +217,7 @@ def mix(datasets: Sequence[Dataset], weights: Sequence[float] | None = None, *, 
 
     Args:
         datasets: :class:`Dataset` objects (at least one). A loader reads them with one
-            engine, so their options (``format``, ``fields``, ``s3``, ...) must agree for
+            engine, so their options (``format``, ``fields``, ``storage``, ...) must agree for
             now: a mix whose datasets differ in one raises ``NotImplementedError`` when a
             loader is given it.
         weights: one per dataset, finite, >= 0, with a positive sum: each dataset gets
@@ -268,7 +275,7 @@ class DataArgs(NamedTuple):
     data: PathSpec
     format: str | None = None
     format_options: dict | None = None
-    s3: S3Config | None = None
+    storage: S3Config | None = None
     cache_dir: str | None = None
     classes: list[str] | None = None
     fields: dict[str, str] | None = None

@@ -190,7 +190,7 @@ def test_s3_shards_on_a_local_server(tmp_path):
     pytest.importorskip("moto", reason="moto[server] is the local S3 server: pip install 'turbofeed[test]'")
     pytest.importorskip("boto3", reason="boto3 uploads the test shards: pip install 'turbofeed[test]'")
     from builders import upload_shards
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
     from turbofeed.testing import LocalS3Server
 
     with LocalS3Server() as server:
@@ -198,7 +198,7 @@ def test_s3_shards_on_a_local_server(tmp_path):
         s3 = turbofeed.S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test",
                                 region="us-east-1")
         try:
-            batches = run_epoch(build("s3://dali-shards/train/", batch_size=8, shuffle=True, s3=s3,
+            batches = run_epoch(build("s3://dali-shards/train/", batch_size=8, shuffle=True, storage=s3,
                                       cache_dir=str(tmp_path)))
         finally:
             close_clients()

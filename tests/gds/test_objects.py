@@ -9,7 +9,7 @@ import pytest
 
 from turbofeed.gds import BufferTooSmallError, GDSError
 from turbofeed.io.retry import RemoteError, RetryPolicy
-from turbofeed.io.s3.config import S3Config
+from turbofeed.io.stores.config import S3Config
 
 SIZES = [0, 1, 100 << 10]
 SMALL = dict(max_transfer_size="16K", buffer_pool_size="64K", queue_depth=4)  # 100 KiB = 7 ranged GETs

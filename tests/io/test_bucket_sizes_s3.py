@@ -21,9 +21,9 @@ def s3(point_aws_at):
     pytest.importorskip("moto")
     pytest.importorskip("boto3")
     from turbofeed.io.retry import RetryPolicy
-    from turbofeed.io.s3.client import S3Client
-    from turbofeed.io.s3.config import S3Config, configure
-    from turbofeed.io.s3.urls import close_clients, shared_client
+    from turbofeed.io.stores.client import S3Client
+    from turbofeed.io.stores.config import S3Config, configure
+    from turbofeed.io.stores.urls import close_clients, shared_client
     from turbofeed.testing import LocalS3Server
 
     with LocalS3Server() as server:

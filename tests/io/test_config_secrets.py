@@ -129,14 +129,14 @@ def test_an_endpoint_carrying_credentials_is_refused_without_repeating_them(make
 
 
 def test_an_endpoint_variable_carrying_credentials_is_refused(monkeypatch):
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:PLANTEDPASS@127.0.0.1:9")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAVISIBLEID")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEY)
     try:
         with pytest.raises(DatasetError) as err:
-            resolve("s3://bucket/prefix/", s3=S3Config())
+            resolve("s3://bucket/prefix/", storage=S3Config())
     finally:
         close_clients()
     assert "PLANTED" not in str(err.value) and KEY not in str(err.value)

@@ -355,8 +355,8 @@ def s3_server():
     from turbofeed.testing import LocalS3Server
 
     with LocalS3Server() as server:
-        from turbofeed.io.s3.client import S3Client
-        from turbofeed.io.s3.config import S3Config
+        from turbofeed.io.stores.client import S3Client
+        from turbofeed.io.stores.config import S3Config
 
         with S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test")) as c:
             c.boto3_client().create_bucket(Bucket=BUCKET)
@@ -368,8 +368,8 @@ def s3(s3_server, point_aws_at):
     """``put(url, bytes)``, with the AWS variables pointing at the local server; the
     process's clients and listings are dropped after the test."""
     from turbofeed.io.retry import RetryPolicy
-    from turbofeed.io.s3.config import S3Config, configure
-    from turbofeed.io.s3.urls import close_clients, shared_client
+    from turbofeed.io.stores.config import S3Config, configure
+    from turbofeed.io.stores.urls import close_clients, shared_client
 
     point_aws_at(s3_server.endpoint)
     configure(S3Config(retry=RetryPolicy(max_attempts=4, base_delay=0.005, max_delay=0.05)))
@@ -389,7 +389,7 @@ def _shards_to(put, prefix: str, count: int, per: int = 3, first_seed: int = 0) 
 
 
 def _client_stats() -> dict:
-    from turbofeed.io.s3.urls import shared_client
+    from turbofeed.io.stores.urls import shared_client
 
     return shared_client().stats.as_dict()
 
@@ -461,7 +461,7 @@ def test_s3_replaced_object_falls_back_with_a_warning_and_its_new_bytes(s3, tmp_
 
 def test_s3_without_put_rights_the_index_goes_to_the_cache(s3, tmp_path, monkeypatch, caplog):
     from turbofeed.io.retry import RemoteError
-    from turbofeed.io.s3.client import S3Client
+    from turbofeed.io.stores.client import S3Client
 
     prefix = f"s3://{BUCKET}/c/"
     _shards_to(s3, prefix, 2)

@@ -83,13 +83,13 @@ def test_missing_single_path(tmp_path):
 
 
 def test_s3_url_without_credentials_or_endpoint_fails_fast_naming_it(monkeypatch, tmp_path):
-    """s3:// is supported (tests/io/s3/test_s3_*.py); a URL that cannot be reached fails at
+    """s3:// is supported (tests/io/stores/test_s3_*.py); a URL that cannot be reached fails at
     once with a DatasetError naming it: missing credentials are final, and an endpoint
     that never answered gets 3 quick tries, not the whole retry policy."""
     if importlib.util.find_spec("obstore") is None and importlib.util.find_spec("boto3") is None:
         pytest.skip("needs obstore or boto3 (pip install 'turbofeed[s3]')")
     from turbofeed.io import S3Config
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -100,7 +100,7 @@ def test_s3_url_without_credentials_or_endpoint_fails_fast_naming_it(monkeypatch
     try:
         started = time.monotonic()
         with pytest.raises(DatasetError, match=re.escape(url) + ".*no AWS credentials found"):
-            resolve(url, s3=S3Config())
+            resolve(url, storage=S3Config())
         assert time.monotonic() - started < 3
 
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
@@ -111,7 +111,7 @@ def test_s3_url_without_credentials_or_endpoint_fails_fast_naming_it(monkeypatch
             monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
             started = time.monotonic()
             with pytest.raises(DatasetError) as info:
-                resolve(url, s3=S3Config())
+                resolve(url, storage=S3Config())
             assert time.monotonic() - started < 3
         message = str(info.value)
         assert url in message and f"cannot connect to {endpoint} (3 attempts" in message

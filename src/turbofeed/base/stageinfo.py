@@ -2,7 +2,7 @@
 
 A pass (:class:`turbofeed.engine.run.Engine`) is a list of named stages; each declares
 one :class:`StageInfo`. It lives here, below ``io``, because streaming's ``fetch.stream``
-stage (:mod:`turbofeed.io.s3.stream`) declares one too. The stage protocols that take a
+stage (:mod:`turbofeed.io.stores.stream`) declares one too. The stage protocols that take a
 pass's jobs stay in :mod:`turbofeed.engine.stages`.
 """
 

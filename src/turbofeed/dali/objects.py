@@ -27,8 +27,8 @@ import numpy as np
 from ..base.executor import Executor
 from ..errors import DatasetError, SampleError, StorageError, TurbofeedError
 from ..gds import GDSConfig, GPUDirectClient
-from ..io.s3.config import ObjectInfo, S3Config
-from ..io.s3.errors import changed
+from ..io.stores.config import ObjectInfo, S3Config
+from ..io.stores.errors import changed
 from ..plan import EpochPlan, make_epoch_plan
 from ._require import current_batch_size, dali_fn
 from .batches import shard_of

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.renamed import accepts_renamed
 from ..decode.field_specs import parse_fields
 from ..engine.choose import Source
 from ..engine.policy import ErrorPolicy
@@ -17,10 +18,11 @@ from ._require import current_batch_size, dali_fn
 from .batches import DatasetBatches, shard_of
 
 
+@accepts_renamed
 def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, shard_id: int | None = None,
            num_shards: int | None = None, drop_last: bool = False, return_keys: bool = False,
            fields: Mapping[str, str] | None = None, label_dtype: Any = np.int64, on_error: str = "replace",
-           format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
+           format: str | None = None, format_options: dict | None = None, storage: S3Config | None = None,
            classes: list[str] | None = None, cache_dir: str | None = None,
            index: str | os.PathLike | bool | None = None, threads: int = 2,
            name: str | None = None) -> Any:
@@ -60,7 +62,7 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
             ``s3://`` URL, HDF5/Zarr/.npy/Parquet/TFRecord (see ``docs/formats.md``), or
             a :class:`turbofeed.io.Dataset` opened already (its own format and label
             options hold; it stays yours to close).
-        shuffle, seed, drop_last, on_error, format, format_options, s3, classes,
+        shuffle, seed, drop_last, on_error, format, format_options, storage, classes,
             cache_dir, index: as :class:`turbofeed.DataLoader`'s.
         shard_id, num_shards: this pipeline's part of the data (DALI's names for rank and
             world size), both or neither; default: torch.distributed's rank and world size, or the
@@ -88,7 +90,8 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
         source = Source(data, stats, ErrorPolicy(on_error, stats))
     else:
         source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                             format_options=format_options, s3=s3, classes=classes, labels=fields is None, index=index)
+                             format_options=format_options, storage=storage, classes=classes, labels=fields is None,
+                             index=index)
     batches = DatasetBatches(source, batch_size=batch_size, shuffle=shuffle, seed=seed, shard_id=rank,
                              num_shards=world, drop_last=drop_last, fields=specs, return_keys=return_keys,
                              label_dtype=label_dtype, threads=threads)

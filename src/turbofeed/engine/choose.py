@@ -39,7 +39,7 @@ class Source:
 
     @classmethod
     def open(cls, data: PathSpec, *, on_error: str, cache_dir: str | None, format: str | None,
-             format_options: dict | None, s3: S3Config | None, classes: list[str] | None,
+             format_options: dict | None, storage: S3Config | None, classes: list[str] | None,
              labels: bool = True, index: str | os.PathLike | bool | None = None) -> Source:
         """Index ``data`` (a damaged shard raises under ``on_error="raise"``); without
         ``labels`` (general samples) no label is parsed; ``index``: the dataset index, as
@@ -47,7 +47,7 @@ class Source:
         stats = Stats()
         policy = ErrorPolicy(on_error, stats)  # validates on_error before any indexing
         dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
-                          format=format, format_options=format_options, s3=s3, classes=classes, labels=labels,
+                          format=format, format_options=format_options, storage=storage, classes=classes, labels=labels,
                           index=index)
         source = cls(dataset, stats, policy)
         source.sync_stats()

@@ -8,7 +8,7 @@ Streaming (see ``docs/streaming.md``) is on when asked (``streaming=True``) or, 
 default, when the dataset's ``s3://`` shards add up to more than the node cache holds.
 Its order is :func:`turbofeed.plan.streaming.stream_order` over a
 :class:`~turbofeed.plan.streaming.StreamLayout` made here; its fetch stage is
-:class:`turbofeed.io.s3.stream.ShardStream` (shards downloaded whole ahead of their
+:class:`turbofeed.io.stores.stream.ShardStream` (shards downloaded whole ahead of their
 block, held until their last sample is read).
 """
 
@@ -55,7 +55,7 @@ def shard_bytes(dataset: Dataset) -> np.ndarray:
     """Bytes of each source: a compressed shard's decompressed copy (what the node cache
     holds of it), an ``s3://`` object's size, a local file's size as it was indexed (its
     declared ``file``), else the sum of its samples' sizes."""
-    from ..io.s3.shards import S3TarSource
+    from ..io.stores.shards import S3TarSource
 
     sizes = []
     for src in dataset.sources:
@@ -164,7 +164,7 @@ def sample_spans(src: object) -> tuple[np.ndarray, np.ndarray] | None:
     """``(lo, hi)``: int64, the bytes ``[lo, hi)`` of each sample's members in a plain
     ``s3://`` shard (from its index's member table); None to keep the shard whole (not
     such a shard, no member table, a member of unknown size, samples out of order)."""
-    from ..io.s3.shards import S3TarSource
+    from ..io.stores.shards import S3TarSource
 
     if not isinstance(src, S3TarSource) or src.plain is not None:
         return None
@@ -288,7 +288,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
     ``prefetch``: the pass's batches in flight (how far its reads run ahead)."""
     if layout is None or dataset.s3 is None:
         return None
-    from ..io.s3.stream import stream_shards
+    from ..io.stores.stream import stream_shards
 
     # a streamed plan's order: an array, or a resampled epoch's RoundsRankOrder (read by rounds)
     return stream_shards(dataset.s3, dataset.sources, dataset.starts, plan.order,  # type: ignore[arg-type]
@@ -297,7 +297,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
 
 
 def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,
-               resample: bool, format: str | None = None, s3: S3Config | None = None) -> EpochDraw | None:
+               resample: bool, format: str | None = None, storage: S3Config | None = None) -> EpochDraw | None:
     """The draw of every epoch, or None for every sample once.
 
     ``weights`` needs ``data`` to be a list with one weight per entry; each entry's
@@ -318,7 +318,7 @@ def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | N
                              f"weight per dataset, e.g. data=['s3://a/', 's3://b/'], weights=[0.7, 0.3]")
         from ..io import resolve
 
-        counts = [len(resolve(item, format, s3=s3)) for item in items]
+        counts = [len(resolve(item, format, storage=storage)) for item in items]
         if sum(counts) != len(dataset.sources):
             raise DatasetError(f"the data lists {sum(counts)} sources now, {len(dataset.sources)} when it was "
                                "opened (changed meanwhile?)")

@@ -7,7 +7,7 @@ what :class:`~turbofeed.base.stageinfo.StageInfo` holds:
 stage          where it runs               what it does                       what it counts
 =============  ==========================  =================================  ==================
 fetch.stream   per batch, own threads      streaming: shards (or pieces of    ``shards_downloaded``,
-               (io/s3/stream.py)           them) downloaded ahead of their    ``pieces_downloaded``
+               (io/stores/stream.py)       them) downloaded ahead of their    ``pieces_downloaded``
                                            block, released after their last
                                            sample
 fetch          per sample, worker threads  sample id -> bytes (or pixels)     ``seconds.fetch``, ``bytes_read``

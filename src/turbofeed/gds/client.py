@@ -11,8 +11,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..base.executor import Executor, ExecutorClosed
-from ..io.s3.client import S3Client
-from ..io.s3.config import S3Config, parse_url
+from ..io.stores.client import S3Client
+from ..io.stores.config import S3Config, parse_url
 from .buffers import StagingPool
 from .config import GDSConfig, LoadedConfig, load_config
 from .errors import GDSError
@@ -44,7 +44,7 @@ class GPUDirectClient:
 
     Args:
         endpoint: S3 endpoint URL (``http://127.0.0.1:9000``); default: the AWS
-            variables/profile, as :class:`~turbofeed.io.s3.config.S3Config` documents.
+            variables/profile, as :class:`~turbofeed.io.stores.config.S3Config` documents.
         access_key, secret_key: static S3 credentials; default: the AWS chain.
         region: signing region.
         config: a :class:`GDSConfig` (used as given), a YAML path, or None for

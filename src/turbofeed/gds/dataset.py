@@ -10,8 +10,8 @@ import torch
 
 from ..errors import DatasetError, SampleError, TurbofeedError
 from ..io.retry import RemoteError
-from ..io.s3.config import parse_url
-from ..io.s3.errors import changed
+from ..io.stores.config import parse_url
+from ..io.stores.errors import changed
 from .client import GPUDirectClient
 from .config import GDSConfig
 from .tensors import FormatError, load_npy, load_pt, load_safetensors

@@ -1,4 +1,4 @@
-"""S3 objects to and from host or GPU buffers, through :class:`~turbofeed.io.s3.client.S3Client`.
+"""S3 objects to and from host or GPU buffers, through :class:`~turbofeed.io.stores.client.S3Client`.
 
 Reads: one HEAD for the size, then ranged GETs of ``max_transfer_size`` bytes,
 ``queue_depth`` at once. Each GET lands straight in a host buffer, or, for a GPU
@@ -12,8 +12,8 @@ aborted on any failure, so a failed write leaves no object (or the old one).
 
 from __future__ import annotations
 
-from ..io.s3.client import S3Client
-from ..io.s3.versions import ObjectInfo, etag_of
+from ..io.stores.client import S3Client
+from ..io.stores.versions import ObjectInfo, etag_of
 from .buffers import StagingPool
 from .config import GDSConfig
 from .errors import BufferTooSmallError, GDSError

@@ -4,8 +4,9 @@ shards; the dataset that joins them.
 Layout: :mod:`.source` (the protocol every source implements), :mod:`.registry` (which
 format a path holds, and the one factory that opens its source), :mod:`.dataset`;
 ``local/`` (tar shards and their index, folders, open files, writing shards),
-``arrays/`` (HDF5, Zarr, .npy, Parquet, TFRecord and the block cache), ``s3/`` (client, URLs,
-node cache, shards), ``dsindex/`` (the compact dataset index, built by the first loader
+``arrays/`` (HDF5, Zarr, .npy, Parquet, TFRecord and the block cache), ``stores/`` (the
+object stores, S3, GCS, Azure and https: client, URLs, node cache, shards, streaming),
+``dsindex/`` (the compact dataset index, built by the first loader
 or ``turbofeed index``). ``load_index`` (one plain tar shard's index, read from its headers)
 stays for callers of the per-shard index, which is no longer cached. Other
 packages import only the names below.
@@ -24,8 +25,8 @@ from .local.index import default_cache_dir, load_index
 from .local.tar import TarSource
 from .paths import PathSpec, expand_braces
 from .registry import FORMATS, resolve
-from .s3.config import S3Config
-from .s3.stores import AzureConfig, GCSConfig, HTTPConfig
+from .stores.config import S3Config
+from .stores.families import AzureConfig, GCSConfig, HTTPConfig
 from .source import Source
 from .table import SampleTable, parse_label, pick_member, split_key
 

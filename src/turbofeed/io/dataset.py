@@ -12,6 +12,7 @@ import numpy as np
 from .._deps import tqdm
 
 from ..base.executor import Executor, result_or_closed
+from ..base.renamed import accepts_renamed
 from ..errors import DatasetError, StorageError
 from .arrays.common import parse_options
 from .dsindex.auto import memory_index
@@ -26,8 +27,8 @@ from .source import Source
 if TYPE_CHECKING:
     from ..plan.resume import DataPrint
     from .dsindex.load import DatasetIndex
-    from .s3.config import S3Config
-    from .s3.shards import S3Shards
+    from .stores.config import S3Config
+    from .stores.shards import S3Shards
 
 log = logging.getLogger("turbofeed")
 
@@ -51,9 +52,10 @@ class Dataset:
             ``"tfrecord"`` for every path, instead of telling by extension (see :mod:`turbofeed.io.registry`).
         format_options: names inside HDF5/Zarr/.npy/Parquet sources (TFRecord: feature names), e.g.
             ``{"images": "pixels", "labels": "y", "keys": None}`` (see :mod:`turbofeed.io.arrays.common`).
-        s3: endpoint, credentials and limits for ``s3://`` (and ``gs://``, ``az://``,
-            ``https://``) shards (an
-            :class:`~turbofeed.io.S3Config`; default: the process default). Their
+        storage: endpoint, credentials and limits for ``s3://`` (and ``gs://``, ``az://``,
+            ``https://``) shards (an :class:`~turbofeed.io.S3Config`, which configures every
+            store; default: the process default); ``s3=``, its old name, is accepted for
+            one release. Their
             node cache lives under ``cache_dir``.
         classes: the class names, in id order, for datasets labelled by name (``.txt``,
             JSON strings, ImageFolder folders): ``"cat"`` gets ``classes.index("cat")``
@@ -85,24 +87,25 @@ class Dataset:
             :class:`~turbofeed.SampleError` through ``on_error``.
     """
 
+    @accepts_renamed
     def __init__(self, spec: PathSpec, *, on_damage: str = "skip", cache_dir: str | None = None,
                  format: str | None = None, format_options: dict | None = None,
-                 s3: S3Config | None = None, classes: Sequence[str] | None = None,
+                 storage: S3Config | None = None, classes: Sequence[str] | None = None,
                  labels: bool = True, index: str | os.PathLike | bool | None = None) -> None:
         parse_options(format_options)
         self.use_labels = labels  # a misspelt option fails before any file is opened
         self.classes = _check_classes(classes)
-        located = resolve(spec, format, s3=s3)
+        located = resolve(spec, format, storage=storage)
         self._located = located
         self._opener = Opener(located, on_damage=on_damage, cache_dir=cache_dir,
-                              format_options=format_options, s3=s3, classes=self.classes, labels=labels)
+                              format_options=format_options, storage=storage, classes=self.classes, labels=labels)
         self.s3: S3Shards | None = self._opener.shards
         self.index: DatasetIndex | None = None
         if index is False:  # the same index, built in memory: nothing looked up, nothing written
             self.index = memory_index(spec, located)
         else:
             named = None if index is None or index is True else os.fspath(index)
-            self.index = find_index(spec, located, index=named, cache_dir=cache_dir, s3=s3)
+            self.index = find_index(spec, located, index=named, cache_dir=cache_dir, storage=storage)
         self.sources: list[Source] = self._open_all(located)
         _log_problems(self.sources)
         self.generation = 0

@@ -18,7 +18,7 @@ tfrecord   ``.tfrecord .tfrec .tfrecords``   :class:`TFRecordSource`      (core)
 A directory holding ``.tar`` shards stays a shard list, and one with sub-folders an
 ImageFolder; a flat one holding data files of one of these formats is the list of those
 files (``images.npy`` beside its ``labels.npy``, a folder of Parquet or TFRecord files). ``s3://``
-items are tar shards (listed by :func:`turbofeed.io.s3.urls.resolve_urls`), or a Zarr store
+items are tar shards (listed by :func:`turbofeed.io.stores.urls.resolve_urls`), or a Zarr store
 when they end in ``.zarr``.
 
 Adding a format: a :class:`~turbofeed.io.Source` class and one :class:`Format` in
@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..base.renamed import accepts_renamed
 from ..errors import DatasetError
 from .arrays.hdf5 import HDF5Source
 from .arrays.npy import NpySource, is_sibling
@@ -42,13 +43,13 @@ from .local.folder import FolderSource
 from .local.index import TAR_SUFFIXES
 from .local.tar import TarSource
 from .paths import INDEX_NAME, PathSpec, expand_local, flat_paths
-from .s3.shards import S3Shards
-from .s3.stores import is_remote
-from .s3.urls import resolve_urls
+from .stores.shards import S3Shards
+from .stores.families import is_remote
+from .stores.urls import resolve_urls
 from .source import Source
 
 if TYPE_CHECKING:
-    from .s3.config import S3Config
+    from .stores.config import S3Config
 
 
 class Opener:
@@ -57,21 +58,21 @@ class Opener:
 
     Args:
         located: the ``(kind, path)`` pairs of :func:`resolve`.
-        on_damage, cache_dir, format_options, s3, classes, labels: as
+        on_damage, cache_dir, format_options, storage, classes, labels: as
             :class:`~turbofeed.io.Dataset` takes them.
     """
 
     def __init__(self, located: Sequence[tuple[str, str]], *, on_damage: str = "skip",
                  cache_dir: str | None = None, format_options: dict | None = None,
-                 s3: S3Config | None = None, classes: list[str] | None = None, labels: bool = True) -> None:
+                 storage: S3Config | None = None, classes: list[str] | None = None, labels: bool = True) -> None:
         self.on_damage = on_damage
         self.labels = labels
         self.cache_dir = cache_dir
         self.format_options = format_options
-        self.s3 = s3
+        self.storage = storage
         self.classes = classes
         remote = [path for kind, path in located if kind == "s3"]
-        self.shards = S3Shards(remote, config=s3, cache_dir=cache_dir) if remote else None
+        self.shards = S3Shards(remote, config=storage, cache_dir=cache_dir) if remote else None
 
     def open(self, kind: str, path: str) -> Source:
         """The source of ``path``, which :func:`resolve` found to be ``kind``."""
@@ -108,11 +109,11 @@ class Format:
 KINDS: dict[str, Format] = {f.name: f for f in (
     Format("tar", TAR_SUFFIXES,  # zstd: named only to be reported
            lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir, labels=o.labels,
-                                     s3=o.s3)),
+                                     storage=o.storage)),
     Format("folder", (), lambda o, path: FolderSource(path, classes=o.classes)),
     Format("hdf5", (".h5", ".hdf5", ".hdf", ".he5"),
            lambda o, path: HDF5Source(path, o.format_options), array=True),
-    Format("zarr", (".zarr",), lambda o, path: ZarrSource(path, o.format_options, s3=o.s3), array=True),
+    Format("zarr", (".zarr",), lambda o, path: ZarrSource(path, o.format_options, storage=o.storage), array=True),
     Format("npy", (".npy",), lambda o, path: NpySource(path, o.format_options), array=True),
     Format("parquet", (".parquet", ".pq"), lambda o, path: ParquetSource(path, o.format_options), array=True),
     Format("tfrecord", (".tfrecord", ".tfrec", ".tfrecords"),
@@ -195,14 +196,15 @@ def expand_dir(path: str, format: str | None = None) -> list[tuple[str, str]]:
     return [("folder", path)]
 
 
+@accepts_renamed
 def resolve(spec: PathSpec, format: str | None = None, *,
-            s3: S3Config | None = None) -> list[tuple[str, str]]:
+            storage: S3Config | None = None) -> list[tuple[str, str]]:
     """Return ``[(kind, path)]`` with kind ``"tar"``, ``"folder"`` or an array/table format
     (``"hdf5"``, ``"zarr"``, ``"npy"``, ``"parquet"``, ``"tfrecord"``: see the module
     docstring), in a stable order (a list's entries may be lists: one dataset's paths
     each, as a mix gives; they are flattened). ``format`` says what every path is instead of its extension.
     ``s3://`` items give kind ``"s3"`` (tar shard URLs, see
-    :func:`turbofeed.io.s3.urls.resolve_urls`), reached with ``s3`` (an
+    :func:`turbofeed.io.stores.urls.resolve_urls`), reached with ``storage`` (an
     :class:`~turbofeed.io.S3Config`; default: the process default and the AWS variables
     and profile).
 
@@ -223,7 +225,7 @@ def resolve(spec: PathSpec, format: str | None = None, *,
                 continue
             if format not in (None, "tar"):
                 raise DatasetError(f"{text}: object store datasets are WebDataset .tar shards, not {format}")
-            out.extend(("s3", url) for url in resolve_urls(text, s3))
+            out.extend(("s3", url) for url in resolve_urls(text, storage))
             continue
         out.extend(expand_local(text, lambda path: expand_dir(path, format) if os.path.isdir(path)
                                 else [classify_file(path, format)]))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..base.ranks import RankChoice
+from ..base.renamed import accepts_renamed
 from ..base.stageinfo import StageInfo
 from ..base.threads import choose_threads
 from ..datasets import Dataset as DatasetSpec, Mix, data_args
@@ -119,7 +120,7 @@ class Pipeline:
 
     Args:
         tar_paths: a :class:`turbofeed.Dataset` (what the data is and how it is read:
-            then none of ``format``, ``format_options``, ``s3``, ``cache_dir``,
+            then none of ``format``, ``format_options``, ``storage``, ``cache_dir``,
             ``classes``, ``fields``, ``decoders``, ``index`` here), a
             :func:`turbofeed.mix` of them without weights (read one after the other), or
             any path :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
@@ -148,9 +149,11 @@ class Pipeline:
             decoder refuses (CMYK, ...) is decoded on the CPU and counted there too; one
             nobody can decode goes through ``on_error``. Only with ``decode_jpeg``.
         device_id: the GPU for ``gpu_decode=True`` (``cuda:<device_id>``).
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
-            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
-            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
+        storage: where the object stores are and how to reach them: endpoint, credentials,
+            cache and retry settings for ``s3://`` paths, and (its ``gcs``/``azure``/``http``
+            fields) for ``gs://``, ``az://`` and ``https://`` ones (a :class:`turbofeed.S3Config`,
+            which configures every store; default: each ecosystem's variables). Was ``s3=``,
+            accepted for one release with a ``DeprecationWarning``.
         format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
             and Parquet sources (as for :class:`turbofeed.DataLoader`).
         classes: class names in id order for labels given by name (as for
@@ -186,6 +189,7 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
+    @accepts_renamed
     def __init__(self, tar_paths: DatasetSpec | Mix | PathSpec, num_workers: int | None = None,
                  decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
@@ -193,23 +197,23 @@ class Pipeline:
                  enable_distributed: bool | None = None,
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
                  cache_dir: str | None = None, format: str | None = None,
-                 format_options: dict | None = None, s3: S3Config | None = None,
+                 format_options: dict | None = None, storage: S3Config | None = None,
                  classes: list[str] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
                  apply_exif_orientation: bool = False,
                  index: str | os.PathLike | bool | None = None) -> None:
         # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
-        given = data_args(tar_paths, "Pipeline", format=format, format_options=format_options, s3=s3,
+        given = data_args(tar_paths, "Pipeline", format=format, format_options=format_options, storage=storage,
                           cache_dir=cache_dir, classes=classes, fields=fields, decoders=decoders, index=index)
-        tar_paths, format, format_options, s3, cache_dir, classes, fields, decoders, index = given[:9]
+        tar_paths, format, format_options, storage, cache_dir, classes, fields, decoders, index = given[:9]
         self.user_errors = check_user_errors(user_errors)
         self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None,
-                                   index=index)
+                                   format_options=format_options, storage=storage, classes=classes,
+                                   labels=fields is None, index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
         if self.transform is not None and self.transform.callables:

@@ -24,7 +24,7 @@ sample, at most :data:`MAX_ROUND`
 samples in all: a round holds several blocks per stream, so only one visit per group
 and round is cut short, and takes at most a few MB. A block's samples come from the
 shards of that block (the fetch stage holds the shards of the ``overlap`` blocks being
-read and the next one, :class:`turbofeed.io.s3.stream.ShardStream`); a shard drawn in two
+read and the next one, :class:`turbofeed.io.stores.stream.ShardStream`); a shard drawn in two
 blocks is fetched for each (from the node cache while it is still there).
 
 Ranks split ``G`` as :func:`turbofeed.plan.streaming.stream_rank_order` does (residue

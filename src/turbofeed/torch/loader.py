@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..base.ranks import RankChoice
+from ..base.renamed import accepts_renamed
 from ..base.threads import choose_threads
 from ..datasets import Dataset, Mix, data_args
 from ..decode.field_specs import FieldOptions
@@ -39,7 +40,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
     Two kinds of arguments. *What the data is*: ``data`` and ``format``,
-    ``format_options``, ``s3``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
+    ``format_options``, ``storage``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
     ``index``, ``streaming`` (and, to mix datasets, ``weights``, ``epoch_size``,
     ``resample``): prefer describing it once as a :class:`turbofeed.Dataset` (or
     :func:`turbofeed.mix` of them) and passing that as ``data``; the keywords are the short
@@ -121,9 +122,11 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
         format_options: names of the images/labels/keys datasets, arrays or columns in
             HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g. ``{"images": "img", "labels": "y"}``.
-        s3: endpoint, credentials, cache and retry settings for ``s3://`` paths, and
-            (its ``gcs``/``azure``/``http`` fields) for ``gs://``, ``az://`` and ``https://``
-            ones (a :class:`turbofeed.S3Config`; default: each ecosystem's variables).
+        storage: where the object stores are and how to reach them: endpoint, credentials,
+            cache and retry settings for ``s3://`` paths, and (its ``gcs``/``azure``/``http``
+            fields) for ``gs://``, ``az://`` and ``https://`` ones (a :class:`turbofeed.S3Config`,
+            which configures every store; default: each ecosystem's variables). Was ``s3=``,
+            accepted for one release with a ``DeprecationWarning``.
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
             With ``collate_fn`` (or ``collate``): ``(batch, keys)``, ``batch`` being what
@@ -199,6 +202,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                 ...
     """
 
+    @accepts_renamed
     def __init__(self, data: Dataset | Mix | PathSpec | None = None, batch_size: int = 64,
                  num_workers: int | None = None, shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
                  transform: Compose | list | None = None,
@@ -206,7 +210,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
                  gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
-                 format: str | None = None, format_options: dict | None = None, s3: S3Config | None = None,
+                 format: str | None = None, format_options: dict | None = None, storage: S3Config | None = None,
                  hybrid: bool = False, classes: list[str] | None = None,
                  batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
                  decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
@@ -231,9 +235,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
         # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
-        (data, format, format_options, s3, cache_dir, classes, fields, decoders, index, streaming, weights,
+        (data, format, format_options, storage, cache_dir, classes, fields, decoders, index, streaming, weights,
          epoch_size, resample) = data_args(
-            data, "DataLoader", format=format, format_options=format_options, s3=s3, cache_dir=cache_dir,
+            data, "DataLoader", format=format, format_options=format_options, storage=storage, cache_dir=cache_dir,
             classes=classes, fields=fields, decoders=decoders, index=index, streaming=streaming, weights=weights,
             epoch_size=epoch_size, resample=resample)
         self.torch_args = torch_args = torch_args.with_fields(fields)  # fields: also from a Dataset
@@ -243,8 +247,8 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                                         has_transform=transform is not None)
         self.collate = collate  # general samples: the user's, instead of the dict batch
         self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, s3=s3, classes=classes, labels=fields is None,
-                                   index=index)
+                                   format_options=format_options, storage=storage, classes=classes,
+                                   labels=fields is None, index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         if transform is not None and not isinstance(transform, Compose):
             transform = Compose(transform)  # a list of ops, or one callable of your own
@@ -268,7 +272,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             ahead=self._ahead)
         # drawn again from the dataset when its shards change (_reindex_changed)
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
-                                           resample=resample, format=format, s3=s3)
+                                           resample=resample, format=format, storage=storage)
         self.draw: EpochDraw | None = self._draw_for(self.dataset)
         self._bucket_for = functools.partial(loader_buckets, buckets, transform=transform,
                                              streaming=self.stream_layout is not None, draw=self.draw,

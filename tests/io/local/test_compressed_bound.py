@@ -26,8 +26,8 @@ from turbofeed.io import Dataset
 from turbofeed.io.local import compressed
 from turbofeed.io.local.compressed import local_plain_copy, node_cache
 from turbofeed.io.local.files import file_id
-from turbofeed.io.s3.cache import CacheFull, ShardCache
-from turbofeed.io.s3.config import S3Config
+from turbofeed.io.stores.cache import CacheFull, ShardCache
+from turbofeed.io.stores.config import S3Config
 
 MiB = 1 << 20
 ZEROS = bytes(16 * MiB)
@@ -91,7 +91,7 @@ def test_a_gzip_bomb_stops_at_the_bound_with_a_storage_error(tmp_path, cache_dir
         assert "TURBOFEED_S3_CACHE_SIZE=SIZE" in str(err) and "S3Config(cache_max_bytes=...)" in str(err)
     monkeypatch.delenv("TURBOFEED_S3_CACHE_SIZE")  # the bound of an S3Config passed to a local dataset
     with pytest.raises(turbofeed.StorageError, match=f"over {bound} bytes"):
-        Dataset(bomb, s3=S3Config(cache_max_bytes=bound))
+        Dataset(bomb, storage=S3Config(cache_max_bytes=bound))
     files = _files_under(cache_dir)
     assert all(size <= bound for _, size in files) and sum(size for _, size in files) <= bound
     assert os.listdir(os.path.join(cache_dir, "s3", "tmp")) == []  # the partial copy is gone

@@ -1,7 +1,12 @@
-"""Fixtures of the object store tests: the same tar shards written locally and served by a
-real server on 127.0.0.1 for each store (``http``: a Range-capable HTTP server; ``azure``:
-Azurite; ``gcs``: gcp-storage-emulator). A store whose server cannot run here skips,
-saying why."""
+"""Fixtures of the object store tests.
+
+- ``s3://`` (the ``test_s3_*``, ``test_streaming*``, ``test_cache`` and ``test_zarr_s3``
+  modules): a local S3-compatible server (moto, on 127.0.0.1) per test module, and the node
+  cache configuration of the streaming tests.
+- the other stores (``served``): the same tar shards written locally and served by a real
+  server on 127.0.0.1 for each store (``http``: a Range-capable HTTP server; ``azure``:
+  Azurite; ``gcs``: gcp-storage-emulator). A store whose server cannot run here skips,
+  saying why; their modules skip without obstore, the one reader of those stores."""
 
 from __future__ import annotations
 
@@ -10,13 +15,35 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
-from builders import small_jpeg, write_tar
+from builders import FAST_RETRY, small_jpeg, write_tar
 
-pytest.importorskip("obstore")  # the one reader of every store
 sys.path.insert(0, os.path.dirname(__file__))
 from servers import Azurite, GCSEmulator, RangeHTTPServer  # noqa: E402
 
 SHARDS, PER_SHARD = 6, 8
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A local S3 server for the test module (moto: modules that use it skip without it)."""
+    from turbofeed.testing import LocalS3Server
+
+    with LocalS3Server() as srv:
+        yield srv
+
+
+@pytest.fixture
+def config(server, data, point_aws_at):
+    """The AWS variables point at ``server``; an :class:`S3Config` for it whose node cache
+    holds 30% of the module's ``data`` (a fixture of the streaming modules:
+    :func:`builders.upload_shards`'s dict)."""
+    from turbofeed.io.stores.config import S3Config
+    from turbofeed.io.stores.urls import close_clients
+
+    point_aws_at(server.endpoint)
+    yield S3Config(endpoint_url=server.endpoint, access_key_id="test", secret_access_key="test",
+                   cache_max_bytes=int(0.3 * data["bytes"]), retry=FAST_RETRY)
+    close_clients()
 
 
 def members(shard: int) -> list[tuple[str, bytes]]:
@@ -43,8 +70,8 @@ def replace_object(served: "Served", name: str, body: bytes) -> None:
     if served.kind == "http":
         served.server.files[f"/data/{name}"] = body
         return
-    from turbofeed.io.s3.client import S3Client
-    from turbofeed.io.s3.config import S3Config
+    from turbofeed.io.stores.client import S3Client
+    from turbofeed.io.stores.config import S3Config
 
     client = S3Client(S3Config(**served.settings))
     client.put(served.prefix + name, body)
@@ -64,9 +91,7 @@ class Served:
     settings: dict = field(default_factory=dict)
 
     def config(self, **kw):
-        from builders import FAST_RETRY
-
-        from turbofeed.io.s3.config import S3Config
+        from turbofeed.io.stores.config import S3Config
 
         kw.setdefault("retry", FAST_RETRY)
         return S3Config(**self.settings, **kw)
@@ -74,9 +99,9 @@ class Served:
 
 def serve(kind: str, shards: dict, workdir: str) -> Served:
     """Start ``kind``'s server and put the shards on it (skips when it cannot run here)."""
-    from turbofeed.io.s3.client import S3Client
-    from turbofeed.io.s3.config import S3Config
-    from turbofeed.io.s3.stores import AzureConfig, GCSConfig
+    from turbofeed.io.stores.client import S3Client
+    from turbofeed.io.stores.config import S3Config
+    from turbofeed.io.stores.families import AzureConfig, GCSConfig
 
     def blobs():
         for name in shards["names"]:
@@ -114,7 +139,7 @@ def serve(kind: str, shards: dict, workdir: str) -> Served:
 @pytest.fixture(params=["http", "azure", "gcs"])
 def served(request, local_shards, tmp_path, monkeypatch):
     """The shards on a fresh server of each store (stopped after the test)."""
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
     for name in ("STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING"):

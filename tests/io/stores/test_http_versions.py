@@ -20,6 +20,7 @@ import turbofeed
 from turbofeed.io import S3Config
 from turbofeed.io.retry import RetryPolicy
 
+pytest.importorskip("obstore")  # the one reader of these stores
 torch = pytest.importorskip("torch")
 
 # The kinds of server: (ETag sent, Last-Modified sent).
@@ -44,14 +45,14 @@ def web(request, local_shards, tmp_path, monkeypatch):
             srv.files[f"/data/{name}"] = f.read()
     srv.kind = request.param
     yield srv
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     close_clients()
     srv.stop()
 
 
 def _loader(srv, tmp_path, **kw) -> turbofeed.DataLoader:
-    kw.setdefault("s3", S3Config(retry=FAST_RETRY))
+    kw.setdefault("storage", S3Config(retry=FAST_RETRY))
     return turbofeed.DataLoader(f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar", batch_size=4,
                                 num_workers=2, shuffle=False, cache_dir=str(tmp_path / "cache"), return_keys=True,
                                 transform=turbofeed.transforms.imagenet_eval(16), **kw)
@@ -77,7 +78,7 @@ def test_a_shard_replaced_mid_epoch_raises_instead_of_mixing_versions(web, tmp_p
     if web.kind in ("nothing", "weak etag only"):
         pytest.skip("nothing but the size tells versions apart: a replacement of the same size is not seen")
     config = S3Config(retry=RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005), cache_max_bytes=1)
-    dl = _loader(web, tmp_path, s3=config, prefetch=1)
+    dl = _loader(web, tmp_path, storage=config, prefetch=1)
     it = iter(dl)
     next(it)
     last = f"shard-{SHARDS - 1:04d}.tar"

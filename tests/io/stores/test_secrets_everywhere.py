@@ -33,8 +33,10 @@ import turbofeed
 from turbofeed.cli import main as cli
 from turbofeed.errors import DatasetError
 from turbofeed.io import AzureConfig, GCSConfig, HTTPConfig, S3Config
-from turbofeed.io.s3.config import configure
-from turbofeed.io.s3.urls import close_clients
+from turbofeed.io.stores.config import configure
+from turbofeed.io.stores.urls import close_clients
+
+pytest.importorskip("obstore")  # the one reader of these stores
 
 # One distinct secret per place a credential can be given; each is recognisable in any
 # text by the word PLANTED (the Azure keys are base64, as Azure's keys are).
@@ -156,7 +158,7 @@ def test_construction_shows_no_secret(scan):
         scan.add(f"{name} str", str(config))
         scan.add(f"{name} rich", pretty_repr(config))
     s3 = planted_configs("http://127.0.0.1:9")["s3"]
-    ds = turbofeed.Dataset("s3://bucket/train/shard-{0000..0003}.tar", s3=s3)
+    ds = turbofeed.Dataset("s3://bucket/train/shard-{0000..0003}.tar", storage=s3)
     scan.add("Dataset repr", repr(ds))
     for data in (f"https://127.0.0.1:1/d/shard-0.tar?sig={SECRETS['url query']}",
                  [f"https://u:{SECRETS['url userinfo']}@127.0.0.1:1/d/shard-0.tar", "local/shard-1.tar"]):
@@ -179,24 +181,24 @@ def test_refused_urls_and_failing_connections_show_no_secret(scan, tmp_path, mon
     configs = planted_configs(dead)
     cases = {
         "query": lambda: turbofeed.DataLoader(turbofeed.Dataset(
-            f"{dead}/d/shard-0.tar?sig={SECRETS['url query']}&se=2030", s3=configs["s3"]), batch_size=2),
+            f"{dead}/d/shard-0.tar?sig={SECRETS['url query']}&se=2030", storage=configs["s3"]), batch_size=2),
         "userinfo": lambda: turbofeed.DataLoader(turbofeed.Dataset(
             f"http://user:{SECRETS['url userinfo']}@127.0.0.1:1/d/shard-{{0..1}}.tar"), batch_size=2),
         "endpoint userinfo": lambda: S3Config(
             endpoint_url=f"http://minio:{SECRETS['endpoint userinfo']}@127.0.0.1:9000"),
-        "s3 dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("s3://bucket/train/", s3=configs["s3"]),
+        "s3 dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("s3://bucket/train/", storage=configs["s3"]),
                                                 batch_size=2),
-        "gcs dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("gs://bucket/train/", s3=configs["s3"]),
+        "gcs dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("gs://bucket/train/", storage=configs["s3"]),
                                                  batch_size=2),
-        "azure dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("az://box/train/", s3=configs["s3"]),
+        "azure dead": lambda: turbofeed.DataLoader(turbofeed.Dataset("az://box/train/", storage=configs["s3"]),
                                                    batch_size=2),
         "azure connection dead": lambda: turbofeed.DataLoader(turbofeed.Dataset(
-            "az://box/train/", s3=S3Config(azure=configs["azure connection"], retry=FAST_RETRY)), batch_size=2),
+            "az://box/train/", storage=S3Config(azure=configs["azure connection"], retry=FAST_RETRY)), batch_size=2),
         "azure env dead": lambda: turbofeed.DataLoader(turbofeed.Dataset(
-            "az://box/train/", s3=S3Config(azure=AzureConfig(endpoint_url=f"{dead}/plantedaccount"),
+            "az://box/train/", storage=S3Config(azure=AzureConfig(endpoint_url=f"{dead}/plantedaccount"),
                                            retry=FAST_RETRY)), batch_size=2),
         "http dead": lambda: turbofeed.DataLoader(turbofeed.Dataset(
-            f"{dead}/d/shard-{{0..1}}.tar", s3=configs["s3"]), batch_size=2),
+            f"{dead}/d/shard-{{0..1}}.tar", storage=configs["s3"]), batch_size=2),
     }
     for name, run in cases.items():
         with pytest.raises((DatasetError, ValueError)) as err:
@@ -227,7 +229,7 @@ def test_an_s3_epoch_doctor_inspect_and_index_show_and_write_no_secret(scan, s3_
     upload_shards(s3_server.endpoint, prefix, shards=4, per_shard=6)
     with FaultProxy(s3_server.endpoint, slowdown=0.5) as proxy:  # 503s: retries, logged at DEBUG
         s3 = planted_configs(proxy.endpoint)["s3"]
-        ds = turbofeed.Dataset(prefix, s3=s3, cache_dir=str(tmp_path / "cache"))
+        ds = turbofeed.Dataset(prefix, storage=s3, cache_dir=str(tmp_path / "cache"))
         assert epoch(scan, "s3", ds) == 24
         assert proxy.counts["slowdown"] > 0 and proxy.access_keys == {KEY_ID}
     assert any(r.name == "turbofeed" and "retry" in r.getMessage() for r in caplog.records)  # DEBUG is on
@@ -262,7 +264,7 @@ def test_a_web_server_epoch_inspect_and_index_show_and_write_no_secret(scan, loc
                 srv.files[f"/data/{name}"] = f.read()
         spec = f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar"
         s3 = planted_configs(srv.endpoint)["s3"]
-        ds = turbofeed.Dataset(spec, s3=s3, cache_dir=str(tmp_path / "cache"))
+        ds = turbofeed.Dataset(spec, storage=s3, cache_dir=str(tmp_path / "cache"))
         assert epoch(scan, "http", ds) > 0
         configure(s3)  # the command line's default config
         for argv in (["inspect", spec], ["index", spec]):
@@ -270,7 +272,7 @@ def test_a_web_server_epoch_inspect_and_index_show_and_write_no_secret(scan, loc
         wrong = S3Config(http=HTTPConfig(headers={"Authorization": f"Bearer {SECRETS['http X-Api-Key']}"}),
                          retry=FAST_RETRY)
         with pytest.raises(DatasetError, match="401") as err:  # a token the server refuses
-            turbofeed.DataLoader(turbofeed.Dataset(spec, s3=wrong), batch_size=2)
+            turbofeed.DataLoader(turbofeed.Dataset(spec, storage=wrong), batch_size=2)
         scan.error("http 401", err.value)
     finally:
         srv.stop()
@@ -283,7 +285,7 @@ def test_an_azurite_epoch_shows_and_writes_no_account_key(scan, local_shards, tm
         monkeypatch.delenv(name)  # obstore reads them too: only the connection string's account here
     served = serve("azure", local_shards, str(tmp_path))  # skips when Azurite is not installed
     try:
-        ds = turbofeed.Dataset(served.spec, s3=served.config(), cache_dir=str(tmp_path / "cache"))
+        ds = turbofeed.Dataset(served.spec, storage=served.config(), cache_dir=str(tmp_path / "cache"))
         assert epoch(scan, "azure", ds) > 0
         configure(served.config())
         assert cli(["index", served.spec]) == 0

@@ -15,6 +15,7 @@ from conftest import PER_SHARD, SHARDS, replace_object
 import turbofeed
 from turbofeed.io.retry import RetryPolicy
 
+pytest.importorskip("obstore")  # the one reader of these stores
 torch = pytest.importorskip("torch")
 
 SHORT_RETRY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005)
@@ -22,7 +23,7 @@ SHORT_RETRY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005)
 
 def loader(data, cache_dir, config=None, **kw) -> turbofeed.DataLoader:
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(data, batch_size=4, num_workers=2, seed=3, s3=config, cache_dir=str(cache_dir),
+    return turbofeed.DataLoader(data, batch_size=4, num_workers=2, seed=3, storage=config, cache_dir=str(cache_dir),
                                 transform=turbofeed.transforms.imagenet_eval(16), return_keys=True, **kw)
 
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ...base.renamed import accepts_renamed
 from ...errors import DatasetError
 from ...extras import require
-from ..s3.config import parse_url
-from ..s3.urls import shared_client
+from ..stores.config import parse_url
+from ..stores.urls import shared_client
 from ..source import Source
 from .common import (BlockReads, as_keys, as_labels, check_pixels, make_table, parse_options, pick_name,
                      rereads_warning)
@@ -49,7 +50,7 @@ def _as_bytes(value: Any) -> bytes:
 
 def _open_s3(zarr: Any, url: str, config: Any) -> Any:
     """Open ``s3://bucket/key`` read-only with zarr's ObjectStore over the bucket's obstore
-    store from :mod:`turbofeed.io.s3.urls` (obstore retries its own requests)."""
+    store from :mod:`turbofeed.io.stores.urls` (obstore retries its own requests)."""
     storage: Any = getattr(zarr, "storage", None)
     client = shared_client(config)
     if not hasattr(storage, "ObjectStore") or getattr(client, "backend", None) != "obstore":
@@ -88,8 +89,9 @@ class ZarrSource(Source):
         path: the store's directory (``data.zarr``) or ``s3://bucket/prefix/data.zarr``.
         options: ``format_options``: ``images``, ``labels``, ``keys`` (array paths in the
             group; ``labels``/``keys`` may be None).
-        s3: the :class:`~turbofeed.io.S3Config` for an ``s3://`` store
-            (default: the process default).
+        storage: the :class:`~turbofeed.io.S3Config` for an ``s3://`` store
+            (default: the process default); ``s3=``, its old name, is accepted for one
+            release.
 
     Raises:
         DatasetError: not a Zarr store, a missing array (the message lists those that
@@ -97,7 +99,8 @@ class ZarrSource(Source):
         MissingExtra: zarr is not installed.
     """
 
-    def __init__(self, path: str, options: dict | None = None, *, s3: Any = None) -> None:
+    @accepts_renamed
+    def __init__(self, path: str, options: dict | None = None, *, storage: Any = None) -> None:
         opts = parse_options(options)
         zarr = require("zarr", "zarr", f"Zarr store {path}")
         self.path = path
@@ -106,7 +109,7 @@ class ZarrSource(Source):
         if not remote and not os.path.exists(path):
             raise DatasetError(f"{path}: no such Zarr store")
         try:
-            root = _open_s3(zarr, path, s3) if remote else zarr.open(store=path, mode="r")
+            root = _open_s3(zarr, path, storage) if remote else zarr.open(store=path, mode="r")
         except DatasetError:
             raise
         except Exception as exc:  # zarr raises several types for a missing/corrupt store

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..._deps import tqdm
 
 from ...base.executor import Executor, result_or_closed
+from ...base.renamed import accepts_renamed
 from ...errors import DatasetError
 from ..local.index import default_cache_dir
 from ..local.members import scan_arrays
@@ -27,11 +28,11 @@ from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec
 from ..registry import resolve
 from ..retry import RemoteError
-from ..s3.stores import is_remote
-from ..s3.client import S3Client
-from ..s3.config import ObjectInfo
-from ..s3.copies import temporary_copy
-from ..s3.urls import COMPRESSED, shared_client, stat
+from ..stores.families import is_remote
+from ..stores.client import S3Client
+from ..stores.config import ObjectInfo
+from ..stores.copies import temporary_copy
+from ..stores.urls import COMPRESSED, shared_client, stat
 from .fileformat import remove_temporaries, write_index
 from .lock import build_lock
 from .load import shard_id
@@ -39,7 +40,7 @@ from .parts import ShardPart, join, local_part, shard_part, unindexed_part
 from .where import cached_path, default_target, describe, index_cache, s3_copy_path
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 log = logging.getLogger("turbofeed")
 
@@ -71,8 +72,10 @@ class IndexSummary:
         return self.bytes / max(1, self.samples)
 
 
+@accepts_renamed
 def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None = None,
-                s3: S3Config | None = None, threads: int | None = None, progress: bool | None = None) -> IndexSummary:
+                storage: S3Config | None = None, threads: int | None = None,
+                progress: bool | None = None) -> IndexSummary:
     """Index every shard of ``data`` and write the dataset index.
 
     Args:
@@ -82,7 +85,9 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
             :mod:`turbofeed.io.dsindex.where`).
         cache_dir: turbofeed's cache folder (default ``$TURBOFEED_CACHE_DIR`` or
             ``~/.cache/turbofeed``).
-        s3: endpoint and credentials for ``s3://`` data (default: the process default).
+        storage: endpoint and credentials for ``s3://`` (``gs://``, ``az://``, ``https://``)
+            data, an :class:`~turbofeed.io.S3Config` (default: the process default);
+            ``s3=``, its old name, is accepted for one release.
         threads: shards indexed at once (default :func:`default_threads`).
         progress: show a progress bar (None: when stderr is a terminal).
 
@@ -90,12 +95,12 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
         DatasetError: the data is not tar shards, or a shard cannot be read.
     """
     started = time.perf_counter()
-    located = resolve(data, s3=s3)
+    located = resolve(data, storage=storage)
     others = [(kind, path) for kind, path in located if kind not in ("tar", "s3")]
     if others:
         raise DatasetError(f"{others[0][1]}: the dataset index describes tar shards (local or s3://), "
                            f"not {others[0][0]} data")
-    client = shared_client(s3) if any(kind == "s3" for kind, _ in located) else None
+    client = shared_client(storage) if any(kind == "s3" for kind, _ in located) else None
     infos = {path: stat(path, client) for kind, path in located if kind == "s3" and client is not None}
     parts = read_parts(located, infos=infos, client=client, cache_dir=cache_dir, threads=threads,
                        progress=progress)
@@ -109,7 +114,7 @@ def build_index(data: PathSpec, *, out: str | None = None, cache_dir: str | None
     note = ""
     if is_remote(target):
         try:
-            size = _upload(target, header(target), arrays, shared_client(s3), cache_dir)
+            size = _upload(target, header(target), arrays, shared_client(storage), cache_dir)
         except (RemoteError, OSError) as exc:
             note = f"could not write {target} ({exc}); wrote the index cache's copy instead"
             log.warning("turbofeed: %s", note)

@@ -11,26 +11,28 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ...base.renamed import accepts_renamed
 from ...errors import DatasetError
 from ..local.private import trusted
 from ..paths import PathSpec
 from ..retry import RemoteError
-from ..s3.stores import is_remote
-from ..s3.urls import shared_client
+from ..stores.families import is_remote
+from ..stores.urls import shared_client
 from .auto import auto_index, file_identity
 from .fileformat import REBUILD
 from .load import DatasetIndex
 from .where import beside, cached_path, describe, s3_copy
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 log = logging.getLogger("turbofeed")
 
 _HINTED: set[str] = set()
 
 
-def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None = None,
+@accepts_renamed
+def open_index(where: str, *, cache_dir: str | None = None, storage: S3Config | None = None,
                ask: bool = True, cached: bool = False) -> DatasetIndex | None:
     """The index at ``where`` (a local file, or an ``s3://`` object read through its local
     copy), or None when there is none. ``ask=False``: an ``s3://`` object the dataset's
@@ -46,7 +48,7 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
     origin = where
     if is_remote(where):
         try:
-            local = s3_copy(where, shared_client(s3), cache_dir, ask=ask)
+            local = s3_copy(where, shared_client(storage), cache_dir, ask=ask)
         except RemoteError as exc:
             raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
         if local is None:
@@ -73,8 +75,9 @@ def open_index(where: str, *, cache_dir: str | None = None, s3: S3Config | None 
         raise DatasetError(f"{where}: cannot read the dataset index: {exc}") from exc
 
 
+@accepts_renamed
 def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str | None = None,
-               cache_dir: str | None = None, s3: S3Config | None = None, build: bool = True,
+               cache_dir: str | None = None, storage: S3Config | None = None, build: bool = True,
                progress: bool | None = None) -> DatasetIndex | None:
     """The dataset index for the shards of ``located`` (what ``spec`` resolved to).
 
@@ -97,7 +100,7 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
         return None
     if index is not None:
         try:
-            found = open_index(os.fspath(index), cache_dir=cache_dir, s3=s3)
+            found = open_index(os.fspath(index), cache_dir=cache_dir, storage=storage)
         except DatasetError as exc:
             if isinstance(exc.__cause__, (RemoteError, OSError)):
                 raise  # named but unreadable (an outage, no permission): said, not worked around
@@ -115,7 +118,7 @@ def find_index(spec: PathSpec, located: Sequence[tuple[str, str]], *, index: str
         if not is_remote(where):
             seen[where] = file_identity(where)
         try:
-            found = open_index(where, cache_dir=cache_dir, s3=s3, ask=False, cached=where == mine)
+            found = open_index(where, cache_dir=cache_dir, storage=storage, ask=False, cached=where == mine)
         except DatasetError as exc:
             if auto:  # no step for the user to take: it is rebuilt now
                 log.warning("turbofeed: %s; building it again", str(exc).replace(REBUILD, ""))

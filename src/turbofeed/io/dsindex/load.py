@@ -32,7 +32,7 @@ from ..columns import JoinedColumn, LabelColumn, StrColumn
 from ..local.files import FileId
 from ..local.index import TarDamage, report_damage, without_images
 from ..local.tar import TarSource
-from ..s3.shards import S3TarSource
+from ..stores.shards import S3TarSource
 from ..source import Source
 from ..table import SampleTable
 from .fileformat import REBUILD, read_index

@@ -36,10 +36,10 @@ from ..local.index import default_cache_dir
 from ..local.private import private_dirs
 from ..paths import INDEX_NAME, PathSpec, flat_paths
 from ..retry import RemoteError
-from ..s3.stores import is_remote
-from ..s3.client import S3Client
-from ..s3.errors import not_found
-from ..s3.urls import is_shard, listed_info
+from ..stores.families import is_remote
+from ..stores.client import S3Client
+from ..stores.errors import not_found
+from ..stores.urls import is_shard, listed_info
 from .load import shard_id
 
 

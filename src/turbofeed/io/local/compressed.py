@@ -5,7 +5,7 @@ Why a plain copy: samples are read in a shuffled order, and a gzip stream has no
 access (reaching a member means inflating everything before it). One sequential pass per
 shard version writes a plain tar that the index and the reads then use.
 
-Why in the node cache (:class:`turbofeed.io.s3.cache.ShardCache`, ``$TURBOFEED_CACHE_DIR/s3``):
+Why in the node cache (:class:`turbofeed.io.stores.cache.ShardCache`, ``$TURBOFEED_CACHE_DIR/s3``):
 a few hundred KB of gzip can hold hundreds of GB of zeros. Every decompressed copy, of a
 local shard as of an ``s3://`` one, counts against the one bound of that cache
 (``TURBOFEED_S3_CACHE_SIZE`` or ``S3Config(cache_max_bytes=...)``), and copies not in use
@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, Protocol
 
 from ...errors import DatasetError, StorageError
-from ..s3.cache import CacheFull, ShardCache, object_name
-from ..s3.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
-from ..s3.fills import GrowingFill
+from ..stores.cache import CacheFull, ShardCache, object_name
+from ..stores.config import CACHE_SIZE_ENV, S3Config, cache_limit, default_config
+from ..stores.fills import GrowingFill
 from .files import FILES, FileId
 from .index import cached_index, index_shard
 
@@ -83,7 +83,7 @@ def codec_of(head: bytes, what: str) -> str | None:
 def decompress(src: BinaryIO, out: Writable, what: str) -> str:
     """Write the decompressed bytes of the compressed tar ``src`` (a binary file at offset
     0) into ``out`` (anything with ``write``); returns the codec. ``what`` names the
-    shard in errors. Shared with the ``s3://`` shards (:mod:`turbofeed.io.s3.compressed`).
+    shard in errors. Shared with the ``s3://`` shards (:mod:`turbofeed.io.stores.compressed`).
 
     Raises:
         DatasetError: not gzip, bzip2 or xz, or the stream is corrupt or cut short.
@@ -108,7 +108,7 @@ def decompress(src: BinaryIO, out: Writable, what: str) -> str:
 def node_cache(cache_dir: str, config: S3Config | None = None) -> ShardCache:
     """The node cache under ``cache_dir`` (``cache_dir/s3``), bounded as ``config`` (default:
     the process's :class:`~turbofeed.io.S3Config`) says (see
-    :func:`turbofeed.io.s3.config.cache_limit`); one object per process and bound: opening
+    :func:`turbofeed.io.stores.config.cache_limit`); one object per process and bound: opening
     it removes the fills of dead processes, once.
 
     Raises:
@@ -145,7 +145,7 @@ class PlainCopy:
 
     Args:
         cache: the node cache.
-        name: the copy's name there (see :func:`turbofeed.io.s3.cache.object_name`).
+        name: the copy's name there (see :func:`turbofeed.io.stores.cache.object_name`).
         what: the shard (path or URL), for messages.
         open_compressed: a context manager of the compressed shard as a binary file at
             offset 0, the version indexed (else it raises :class:`StorageError`).

@@ -15,7 +15,7 @@ shards, ``s3://`` shards and TFRecord files keep per-file index caches, through
 :func:`cached_index` (each keyed by what identifies its file: identity, ETag).
 Damage (a cut or corrupt shard, an empty one, duplicate member
 names) is recorded in the index as a :class:`TarDamage`. Local shards
-(:mod:`turbofeed.io.local.tar`) and ``s3://`` shards (:mod:`turbofeed.io.s3.shards`,
+(:mod:`turbofeed.io.local.tar`) and ``s3://`` shards (:mod:`turbofeed.io.stores.shards`,
 indexed from a local copy) share this code.
 """
 

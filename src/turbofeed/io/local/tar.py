@@ -15,6 +15,7 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
+from ...base.renamed import accepts_renamed
 from ...errors import DatasetError
 from ..source import Source
 from ..table import SampleTable
@@ -24,7 +25,7 @@ from .index import (TarDamage, default_cache_dir, index_shard, report_damage, ta
                     without_images)
 
 if TYPE_CHECKING:
-    from ..s3.config import S3Config
+    from ..stores.config import S3Config
 
 
 class TarSource(Source):
@@ -39,8 +40,10 @@ class TarSource(Source):
         cache_dir: where a compressed shard's plain copy (in the node cache ``cache_dir/s3``)
             and its index are cached (default :func:`default_cache_dir`). A plain shard's
             index is built in memory (a loader takes it from the dataset index instead).
-        s3: the :class:`~turbofeed.io.S3Config` whose ``cache_max_bytes`` bounds the node
-            cache (default: the process's, see :func:`turbofeed.io.s3.config.cache_limit`).
+        storage: the :class:`~turbofeed.io.S3Config` whose ``cache_max_bytes`` bounds the
+            node cache (default: the process's, see
+            :func:`turbofeed.io.stores.config.cache_limit`); ``s3=``, its old name, is
+            accepted for one release.
     """
 
     file: FileRef  # always a local file (the Source capability, never None here)
@@ -53,8 +56,9 @@ class TarSource(Source):
         its plain copy, which may be evicted: read through :meth:`read`)."""
         return self.plain is None
 
+    @accepts_renamed
     def __init__(self, path: str, *, on_damage: str = "skip", cache_dir: str | None = None,
-                 labels: bool = True, s3: S3Config | None = None) -> None:
+                 labels: bool = True, storage: S3Config | None = None) -> None:
         self.path = path
         cache_dir = cache_dir or default_cache_dir()
         identity = file_id(path)
@@ -64,7 +68,7 @@ class TarSource(Source):
             index = unreadable_index(TarDamage(0, str(exc).split(": ", 1)[1], cut=False),
                                      file=identity.as_dict())
         else:
-            index = self._compressed_index(identity, cache_dir, s3) if codec else index_shard(path)
+            index = self._compressed_index(identity, cache_dir, storage) if codec else index_shard(path)
         # the shard as it was indexed: reads check it (a compressed shard's when its copy
         # is made), and a change re-indexes (changed())
         self.file = FileRef(path, FileId(**index["file"]))
@@ -76,7 +80,7 @@ class TarSource(Source):
         report_damage(damage, path, len(self.table), on_damage)
         self._views = views_enabled()  # read once: os.environ costs 0.5 us per sample
 
-    def _compressed_index(self, identity: FileId, cache_dir: str, s3: S3Config | None) -> dict:
+    def _compressed_index(self, identity: FileId, cache_dir: str, storage: S3Config | None) -> dict:
         """The index of the compressed shard's plain copy (cached by the shard's identity),
         and ``plain``; the copy is pinned while it is indexed, then left in the node cache
         unpinned until a read needs it.
@@ -84,7 +88,7 @@ class TarSource(Source):
         Raises:
             StorageError: the copy does not fit in the node cache.
         """
-        plain = local_plain_copy(self.path, identity, node_cache(cache_dir, s3))
+        plain = local_plain_copy(self.path, identity, node_cache(cache_dir, storage))
         key = {"file": identity.as_dict(), "plain_copy": True}
         index = index_plain(plain, key, _plain_index_path(cache_dir, self.path), self.path)
         self.plain = plain

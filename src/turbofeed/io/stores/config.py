@@ -1,5 +1,5 @@
 """Configuration, credentials, counters and object metadata of the S3 client
-(:mod:`turbofeed.io.s3.client`)."""
+(:mod:`turbofeed.io.stores.client`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ...base.counters import Counters
 from ...redact import Redacted, mask, mask_key, redact_url
 from ...units import parse_size
 from ..retry import RemoteError, RetryPolicy
-from .stores import AzureConfig, GCSConfig, HTTPConfig, check_endpoint
+from .families import AzureConfig, GCSConfig, HTTPConfig, check_endpoint
 from .versions import ObjectInfo, etag_of  # noqa: F401 - where they were always imported from
 
 #: The node cache's size bound when :attr:`S3Config.cache_max_bytes` is None (``200G``).

@@ -1,7 +1,7 @@
 """Object stores beyond S3: ``gs://``, ``az://`` (``azure://``, ``abfs://``) and
 ``http(s)://`` URLs, their small configs, and the obstore store each one is read with.
 
-Every scheme goes through the one :class:`~turbofeed.io.s3.client.S3Client` (its
+Every scheme goes through the one :class:`~turbofeed.io.stores.client.S3Client` (its
 concurrency slots, retries, counters and fault classification), and so through the same
 node cache, streaming, dataset index and resume as ``s3://``: only the obstore store
 under it differs (``S3Store``, ``GCSStore``, ``AzureStore`` or ``HTTPStore``), made here

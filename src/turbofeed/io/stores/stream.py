@@ -27,7 +27,7 @@ block (counted by the copy's size), unpinned after its last sample, so the copie
 block at a time fill the cache, never more than its bound.
 
 Pieces of shards (:mod:`turbofeed.plan.pieces`) are held as shards are, each fetched with
-ranged GETs into its own node-cache entry (:meth:`~turbofeed.io.s3.shards.S3Shards.pinned_piece`)
+ranged GETs into its own node-cache entry (:meth:`~turbofeed.io.stores.shards.S3Shards.pinned_piece`)
 and read at piece-relative offsets.
 
 A reader that needs a shard not started yet starts it at once, whatever the budget (so

@@ -17,8 +17,8 @@ if int(zarr.__version__.split(".")[0]) < 3:
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import LocalS3Server  # noqa: E402
 from turbofeed import S3Config  # noqa: E402
 
@@ -49,7 +49,7 @@ def store(tmp_path_factory, fixed_images):
 
 
 def _epoch(data, config) -> list:
-    loader = turbofeed.DataLoader(data, batch_size=10, num_workers=2, shuffle=True, seed=5, s3=config,
+    loader = turbofeed.DataLoader(data, batch_size=10, num_workers=2, shuffle=True, seed=5, storage=config,
                                   return_keys=True, on_error="raise",
                                   transform=turbofeed.transforms.imagenet_train(32))
     return [(x.clone(), y.clone(), k) for x, y, k in loader]
@@ -58,7 +58,7 @@ def _epoch(data, config) -> list:
 def test_s3_store_gives_the_local_epoch(store, tmp_path, monkeypatch):
     local, url, config = store
     monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
-    remote_ds = Dataset(url, s3=config)
+    remote_ds = Dataset(url, storage=config)
     assert len(remote_ds) == 48
     remote_ds.close()
     a, b = _epoch(local, config), _epoch(url, config)
@@ -71,4 +71,4 @@ def test_missing_store_names_the_url(store, tmp_path, monkeypatch):
     _, url, config = store
     monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DatasetError, match="nothing.zarr"):
-        Dataset(url.replace("data.zarr", "nothing.zarr"), s3=config)
+        Dataset(url.replace("data.zarr", "nothing.zarr"), storage=config)

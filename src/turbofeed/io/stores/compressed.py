@@ -21,7 +21,7 @@ inflating everything before it), so:
 The copy stays pinned while the dataset reads it; when this process needs room for
 another copy, the copies not being read let go and may be evicted, and are made again
 when next read. In streaming mode each is made in its block's turn and let go after
-its last sample (:mod:`turbofeed.io.s3.stream`). ``.tar.zst`` objects are reported (no
+its last sample (:mod:`turbofeed.io.stores.stream`). ``.tar.zst`` objects are reported (no
 zstd in Python's standard library).
 """
 

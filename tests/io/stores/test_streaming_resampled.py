@@ -29,7 +29,7 @@ def data(server) -> dict:
 
 
 def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, s3=config, cache_dir=str(cache_dir),
+    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, storage=config, cache_dir=str(cache_dir),
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, shuffle=True, streaming=True, resample=True, **kw)
 
@@ -89,7 +89,7 @@ def test_an_epoch_drawing_each_shard_many_times_stays_within_the_cache(config, d
 def test_a_weighted_epoch_of_several_passes_stays_within_the_cache(config, data, tmp_path):
     # without resampling, epoch_size = 4 passes: every shard is in 4 blocks of the epoch
     dl = turbofeed.DataLoader([PREFIX], weights=[1.0], epoch_size=4 * SHARDS * PER_SHARD, batch_size=8,
-                              num_workers=2, s3=config, cache_dir=str(tmp_path), streaming=True, shuffle=True,
+                              num_workers=2, storage=config, cache_dir=str(tmp_path), streaming=True, shuffle=True,
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                               return_keys=True)
     got, peak, took, misses = watched_epoch(dl, tmp_path)

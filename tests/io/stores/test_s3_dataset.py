@@ -1,4 +1,4 @@
-"""io.s3.shards: s3:// shards through a real S3-compatible server (moto, on 127.0.0.1) give the
+"""io.stores.shards: s3:// shards through a real S3-compatible server (moto, on 127.0.0.1) give the
 same samples as the local copies: listing, indexes, node cache, prefetch, injected
 faults and a server restart in the middle of an epoch."""
 
@@ -21,9 +21,9 @@ import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
 from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import FaultProxy  # noqa: E402
 
 BUCKET = "tf-data"
@@ -220,7 +220,7 @@ def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
 
 
 def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths, monkeypatch):
-    """Endpoint and keys passed as Dataset(s3=S3Config(...)) sign the requests (the
+    """Endpoint and keys passed as Dataset(storage=S3Config(...)) sign the requests (the
     proxy sees the key) with every AWS_* variable unset."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -229,7 +229,7 @@ def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths
     with FaultProxy(server.endpoint) as proxy:
         config = S3Config(endpoint_url=proxy.endpoint, access_key_id="from-arguments",
                           secret_access_key="s", retry=FAST_RETRY, cache_max_bytes=1)
-        ds = Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", s3=config)
+        ds = Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", storage=config)
         assert ds.read(41) == Dataset(shard_paths).read(41)
     assert proxy.access_keys == {"from-arguments"}
 

@@ -1,4 +1,4 @@
-"""What a fill of unknown size writes into (:meth:`turbofeed.io.s3.cache.ShardCache.fill_stream`),
+"""What a fill of unknown size writes into (:meth:`turbofeed.io.stores.cache.ShardCache.fill_stream`),
 and the error of a copy the cache cannot hold."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and uploads (one PUT, or a multipart upload that is completed or aborted, never 
 The parts of one call run on an :class:`~turbofeed.base.executor.Executor` of up to
 ``max_concurrency`` threads (``turbofeed-s3-fetch-<i>``) made for that call and closed
 when it returns; the client's concurrency slots still bound the requests in flight
-across all calls (see :mod:`turbofeed.io.s3.client`). These are the bodies of
+across all calls (see :mod:`turbofeed.io.stores.client`). These are the bodies of
 :meth:`S3Client.read_into`, :meth:`S3Client.download_to` and :meth:`S3Client.upload`.
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ...base.executor import Executor
 from ..retry import RemoteError
 from .config import parse_url
-from .stores import split_url
+from .families import split_url
 from .versions import etag_of
 
 if TYPE_CHECKING:

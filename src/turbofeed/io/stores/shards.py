@@ -1,5 +1,5 @@
 """``s3://`` WebDataset shards as sources: indexes, node cache and shard prefetch
-(listing: :mod:`turbofeed.io.s3.urls`).
+(listing: :mod:`turbofeed.io.stores.urls`).
 
 How a shard is read (``S3TarSource``):
 
@@ -28,7 +28,7 @@ How a shard is read (``S3TarSource``):
 Compressed objects (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``) are downloaded whole,
 decompressed into a plain copy in the node cache (counted against its bound, evictable
 when not in use, made again when needed) and read from it
-(:mod:`turbofeed.io.s3.compressed`); a copy larger than the bound raises
+(:mod:`turbofeed.io.stores.compressed`); a copy larger than the bound raises
 :class:`~turbofeed.errors.StorageError`. Objects that cannot be read as shards (zero
 bytes, ``.tar.zst``, a corrupt compressed stream) have a source with no samples and a
 ``damage`` that says why, so the dataset warns, lists them in ``damaged`` and raises

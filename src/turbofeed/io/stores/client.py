@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...redact import hide_in_library_logs, redact_url
-from . import stores, transfers
+from . import families, transfers
 from .config import Auth, S3Config, S3Stats, default_config
 from .errors import LocalWriteError, S3Unavailable, ShortRead, Unreachable, cannot_connect, retryable
 from .versions import ObjectInfo, check_same, info_of
@@ -51,7 +51,7 @@ def _require(module: str):
 class S3Client:
     """Ranged reads, listings and atomic uploads against one S3-compatible service.
 
-    Thread-safe; share one per process and configuration (:func:`turbofeed.io.s3.urls.shared_client`).
+    Thread-safe; share one per process and configuration (:func:`turbofeed.io.stores.urls.shared_client`).
     ``close()`` stops retries in progress.
 
     Args:
@@ -112,18 +112,18 @@ class S3Client:
     def obstore_store(self, url: str):
         """The obstore store that reads ``url``'s bucket, container or host (for libraries
         that take one, e.g. zarr's ObjectStore)."""
-        kind, root, _ = stores.split_url(url)
+        kind, root, _ = families.split_url(url)
         return self._store(kind, root)
 
     def endpoint_of(self, url: str) -> str:
         """The service a URL's requests go to (for messages)."""
-        kind, root, _ = stores.split_url(url)
+        kind, root, _ = families.split_url(url)
         if kind == "s3":
             return self.endpoint
         if kind == "gcs":
-            return stores.gcs_endpoint(self.config.gcs) or "https://storage.googleapis.com"
+            return families.gcs_endpoint(self.config.gcs) or "https://storage.googleapis.com"
         if kind == "azure":
-            settings = stores.azure_settings(self.config.azure)
+            settings = families.azure_settings(self.config.azure)
             return settings.get("endpoint") or ("Azurite" if settings.get("use_emulator") else
                                                 f"the account {settings.get('account_name', '$AZURE_STORAGE_ACCOUNT_NAME')}")
         return root
@@ -132,15 +132,15 @@ class S3Client:
         name = root.split("://", 1)[1]
         connect = min(_CONNECT_TIMEOUT_S, self.config.timeout)
         if kind == "gcs":
-            endpoint = stores.gcs_endpoint(self.config.gcs)
-            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, endpoint)
-            return stores.make_gcs(name, self.config.gcs, options, endpoint)
+            endpoint = families.gcs_endpoint(self.config.gcs)
+            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, endpoint)
+            return families.make_gcs(name, self.config.gcs, options, endpoint)
         if kind == "azure":
-            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
-            return stores.make_azure(name, stores.azure_settings(self.config.azure), options)
+            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
+            return families.make_azure(name, families.azure_settings(self.config.azure), options)
         if kind == "http":
-            options = stores.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
-            return stores.make_http(root, self.config.http, options)
+            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
+            return families.make_http(root, self.config.http, options)
         return self._make_s3(name)
 
     def _make_s3(self, bucket: str):
@@ -161,7 +161,7 @@ class S3Client:
 
             a.credentials()  # fail now, clearly, rather than on every request
             kwargs["credential_provider"] = Boto3CredentialProvider(a.session)
-        options = stores.client_options(self.config.timeout, min(_CONNECT_TIMEOUT_S, self.config.timeout),
+        options = families.client_options(self.config.timeout, min(_CONNECT_TIMEOUT_S, self.config.timeout),
                                         self.config.max_concurrency, a.endpoint)
         return S3Store(bucket, client_options=options, retry_config={"max_retries": 0}, **kwargs)
 
@@ -224,7 +224,7 @@ class S3Client:
                         if refused >= _FIRST_CONTACT_ATTEMPTS:
                             raise Unreachable(
                                 f"cannot connect to {redact_url(self.endpoint_of(url) if url else self.endpoint)} "
-                                f"({refused} attempts; check {_WHERE[stores.family(url) if url else 's3']})") from exc
+                                f"({refused} attempts; check {_WHERE[families.family(url) if url else 's3']})") from exc
                     raise
             self._reached = True
             return out
@@ -234,7 +234,7 @@ class S3Client:
     # ----- reads ----------------------------------------------------------------------
     def head(self, url: str) -> ObjectInfo:
         """Size and version of one object (RemoteError from FileNotFoundError if missing)."""
-        kind, root, key = stores.split_url(url)
+        kind, root, key = families.split_url(url)
         if self._obstore(kind):
             import obstore
 
@@ -251,7 +251,7 @@ class S3Client:
         Raises:
             ValueError: an ``http(s)://`` URL (HTTP servers have no listing).
         """
-        kind, root, prefix = stores.split_url(url)
+        kind, root, prefix = families.split_url(url)
         if kind == "http":
             raise ValueError(f"{url}: an HTTP server cannot be listed: name the shards "
                              "(a list, or a brace pattern such as shard-{000..099}.tar)")
@@ -293,7 +293,7 @@ class S3Client:
         """
         if end <= start:
             return memoryview(b"")
-        kind, root, key = stores.split_url(url)
+        kind, root, key = families.split_url(url)
         want = end - start
         if self._obstore(kind):
             import obstore
@@ -334,7 +334,7 @@ class S3Client:
             return data
         return self._call(fetch, f"{url} bytes {start}-{end - 1}", url)
 
-    # ----- transfers of many parts (bodies in :mod:`turbofeed.io.s3.transfers`) -----------
+    # ----- transfers of many parts (bodies in :mod:`turbofeed.io.stores.transfers`) -----------
     def read_into(self, url: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the object's bytes from ``offset``: ``part_size`` bytes per
         ranged GET, up to ``max_concurrency`` GETs at once."""
@@ -376,7 +376,7 @@ class S3Client:
         return self.upload(url, len(view), lambda pos, n: view[pos:pos + n])
 
     def delete(self, url: str) -> None:
-        kind, root, key = stores.split_url(url)
+        kind, root, key = families.split_url(url)
         if kind != "s3":
             import obstore
 

@@ -18,9 +18,9 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
 
 BUCKET = "tf-faults"
@@ -67,7 +67,7 @@ def _config(proxy: FaultProxy) -> S3Config:
 
 def _loader(proxy, tmp_path, **kw) -> turbofeed.DataLoader:
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, prefetch=1, seed=5, s3=_config(proxy),
+    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, prefetch=1, seed=5, storage=_config(proxy),
                                 cache_dir=str(tmp_path / "cache"), transform=turbofeed.transforms.imagenet_eval(32),
                                 return_keys=True, **kw)
 

@@ -14,8 +14,8 @@ pytest.importorskip("moto")
 pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
 
 BUCKET = "tf-stream"
 SHARDS, PER_SHARD = 16, 10
@@ -30,7 +30,7 @@ def data(server) -> dict:
 
 def loader(config, cache_dir, **kw):
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, s3=config, cache_dir=str(cache_dir),
+    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, storage=config, cache_dir=str(cache_dir),
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, **kw)
 
@@ -171,7 +171,7 @@ from turbofeed import transforms as T
 log, kill_at, cache, state = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 dl = turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, shuffle=True, return_keys=True,
                           cache_dir=os.environ["TURBOFEED_CACHE_DIR"], transform=T.Compose([T.Resize(16)]),
-                          s3=turbofeed.S3Config(cache_max_bytes=cache))
+                          storage=turbofeed.S3Config(cache_max_bytes=cache))
 if state != "-":
     dl.load_state_dict(json.load(open(state)))
 with open(log, "a") as f:

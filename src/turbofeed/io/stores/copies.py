@@ -1,5 +1,5 @@
 """Private local copies of whole objects, for indexing a shard the node cache has no room
-for (the per-shard index, :mod:`turbofeed.io.s3.shards`; the dataset index,
+for (the per-shard index, :mod:`turbofeed.io.stores.shards`; the dataset index,
 :mod:`turbofeed.io.dsindex.build`).
 
 A copy gets a unique name (not one per pid and thread id: those are reused, by the next

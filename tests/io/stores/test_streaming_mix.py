@@ -17,7 +17,7 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.engine import layout as layout_module  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
 
 BUCKET = "tf-stream-mix"
 SHARDS, PER_SHARD, BATCH = 12, 48, 8
@@ -32,8 +32,8 @@ def data(server) -> dict:
 @pytest.fixture
 def six_shards(server, data, point_aws_at):
     """A node cache of 6 shards' bytes (the largest, so that 6 whole shards fit)."""
-    from turbofeed.io.s3.client import S3Client
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.client import S3Client
+    from turbofeed.io.stores.urls import close_clients
 
     point_aws_at(server.endpoint)
     largest = max(o.size for o in S3Client(S3Config(endpoint_url=server.endpoint, access_key_id="test",
@@ -44,7 +44,7 @@ def six_shards(server, data, point_aws_at):
 
 
 def epoch(config: S3Config, cache_dir, seed: int = 0):
-    dl = turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=seed, s3=config,
+    dl = turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=seed, storage=config,
                               cache_dir=str(cache_dir), streaming=True, return_keys=True,
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
     before = dl.dataset.storage_stats()
@@ -88,7 +88,7 @@ def test_a_streamed_epoch_mixes_five_shards_per_batch_within_a_cache_of_six(six_
 
 
 def make(config: S3Config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=1, s3=config,
+    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=1, storage=config,
                                 cache_dir=str(cache_dir), streaming=True, return_keys=True,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
 

@@ -14,7 +14,7 @@ none (nginx ``etag off``), and a  each response's ``Last-Modified`` and total si
 ``Last-Modified``                 with the indexed ones
 neither                           a token of the HEAD that found it: nothing keyed by it is
                                   believed by another loader or process (one warning, from
-                                  :class:`~turbofeed.io.s3.shards.S3Shards`); each response's
+                                  :class:`~turbofeed.io.stores.shards.S3Shards`); each response's
                                   total size is still checked
 ================================  ==========================================================
 

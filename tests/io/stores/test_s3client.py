@@ -1,4 +1,4 @@
-"""io.s3.client against a real S3-compatible server (moto on 127.0.0.1): exact ranged
+"""io.stores.client against a real S3-compatible server (moto on 127.0.0.1): exact ranged
 reads on both backends, a concurrency bound that holds on the wire, endpoint and
 credentials from arguments, AWS variables and a profile, multipart uploads that are
 aborted when they fail, and errors that are retried or final as they should be."""
@@ -19,9 +19,9 @@ pytest.importorskip("boto3")
 from botocore.exceptions import ClientError  # noqa: E402
 
 from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import CredentialsError, S3Config  # noqa: E402
-from turbofeed.io.s3.errors import ShortRead, changed, not_found, retryable  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import CredentialsError, S3Config  # noqa: E402
+from turbofeed.io.stores.errors import ShortRead, changed, not_found, retryable  # noqa: E402
 from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
 
 BUCKET = "tf-client"

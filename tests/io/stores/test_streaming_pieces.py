@@ -20,7 +20,7 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.engine import layout as layout_module  # noqa: E402
-from turbofeed.io.s3.config import S3Config  # noqa: E402
+from turbofeed.io.stores.config import S3Config  # noqa: E402
 
 BUCKET = "tf-pieces"
 SHARDS, PER_SHARD, BATCH = 12, 128, 16
@@ -36,7 +36,7 @@ def data(server) -> dict:
 def cache6(server, data, point_aws_at, monkeypatch):
     """An :class:`S3Config` whose node cache holds 6 of the 12 shards; pieces of at least
     16 KiB and 16 samples."""
-    from turbofeed.io.s3.urls import close_clients
+    from turbofeed.io.stores.urls import close_clients
 
     monkeypatch.setattr(layout_module, "PIECE_MIN_BYTES", 16 << 10)
     monkeypatch.setattr(layout_module, "PIECE_MIN_SAMPLES", 16)
@@ -47,7 +47,7 @@ def cache6(server, data, point_aws_at, monkeypatch):
 
 
 def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, s3=config,
+    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, storage=config,
                                 cache_dir=str(cache_dir), return_keys=True, on_error="raise",
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
 
@@ -118,7 +118,7 @@ def test_resume_mid_epoch_is_exact_and_an_old_state_keeps_whole_shards(cache6, d
 
 
 def test_an_object_replaced_mid_epoch_raises_a_storage_error(cache6, data, tmp_path):
-    from turbofeed.io.s3.client import S3Client
+    from turbofeed.io.stores.client import S3Client
 
     import os
 
@@ -174,7 +174,7 @@ def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, d
     """Each piece is held for the block that reads it, however often its shard is drawn: no
     sample read with its own GET, the cache within its bound."""
     data_arg = [PREFIX] if "weights" in draw else PREFIX
-    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, s3=cache6, cache_dir=str(tmp_path),
+    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, storage=cache6, cache_dir=str(tmp_path),
                               streaming=True, shuffle=True, return_keys=True, on_error="raise",
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **draw)
     assert dl.stream_layout.pieces is not None
@@ -202,12 +202,12 @@ sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from builders import FAST_RETRY, keys_of
 import turbofeed
 from turbofeed.engine import layout
-from turbofeed.io.s3.config import S3Config
+from turbofeed.io.stores.config import S3Config
 layout.PIECE_MIN_BYTES, layout.PIECE_MIN_SAMPLES = 16 << 10, 16  # as the fixture cache6
 endpoint, bound, cache_dir, ckpt, mode = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 config = S3Config(endpoint_url=endpoint, access_key_id="test", secret_access_key="test",
                   cache_max_bytes=bound, retry=FAST_RETRY)
-dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, s3=config, cache_dir=cache_dir,
+dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, storage=config, cache_dir=cache_dir,
                           return_keys=True, on_error="raise",
                           transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
 assert dl.stream_layout.pieces is not None and not dl.stream_layout.pieces.whole.any()

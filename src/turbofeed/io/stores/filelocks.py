@@ -1,4 +1,4 @@
-"""Cross-process file locks of the node cache (:mod:`turbofeed.io.s3.cache`): ``flock``s,
+"""Cross-process file locks of the node cache (:mod:`turbofeed.io.stores.cache`): ``flock``s,
 which the kernel drops when their process dies, so a lock never outlives its holder."""
 
 from __future__ import annotations

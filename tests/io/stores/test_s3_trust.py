@@ -1,4 +1,4 @@
-"""io.s3.shards with a node cache smaller than the data, through a real S3 server (moto on
+"""io.stores.shards with a node cache smaller than the data, through a real S3 server (moto on
 127.0.0.1): every sample arrives exactly once with its own label, the cache never holds
 more than its bound, eviction never pulls a shard from under a reader, persisted
 indexes are right; empty and .tar.zst objects under a prefix are reported."""
@@ -27,9 +27,9 @@ import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
 
 BUCKET = "tf-trust"
@@ -203,7 +203,7 @@ def test_eviction_never_removes_a_shard_while_it_is_being_indexed(server, bodies
     """Room for one shard only, 16 shards indexed by 8 threads through the cache, and
     indexing slowed down (a slow disk): each fill wants the room another thread's shard
     is being indexed from. No FileNotFoundError, every index right."""
-    import turbofeed.io.s3.shards as s3_module
+    import turbofeed.io.stores.shards as s3_module
 
     real_build_index = s3_module.index_shard
 

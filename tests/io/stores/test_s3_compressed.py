@@ -1,4 +1,4 @@
-"""io.s3.compressed: .tar.gz / .tgz / .tar.bz2 / .tar.xz objects on a real S3-compatible server
+"""io.stores.compressed: .tar.gz / .tgz / .tar.bz2 / .tar.xz objects on a real S3-compatible server
 (moto, on 127.0.0.1) are downloaded once, decompressed into a plain copy in the node cache
 and read from it, giving the samples of their plain equivalents; a plain copy over the
 cache's bound raises StorageError, copies not in use take turns in the cache, .tar.zst is
@@ -27,10 +27,10 @@ import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
 from turbofeed.io import Dataset  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
-from turbofeed.io.s3.cache import ShardCache  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.cache import ShardCache  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import LocalS3Server  # noqa: E402
 
 BUCKET = "tf-packed"

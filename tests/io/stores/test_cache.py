@@ -1,4 +1,4 @@
-"""io.s3.cache: the node's shard cache under concurrent writers (separate processes filling
+"""io.stores.cache: the node's shard cache under concurrent writers (separate processes filling
 the same object: one download, one atomic publish, never a partial file visible), a
 writer killed mid-fill, failed writes, and the LRU size bound."""
 
@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from turbofeed.io.s3 import cache as cache_module
-from turbofeed.io.s3.cache import ShardCache, object_name
+from turbofeed.io.stores import cache as cache_module
+from turbofeed.io.stores.cache import ShardCache, object_name
 
-# A child process imports only io/s3/cache.py (stdlib only), so it starts in milliseconds.
+# A child process imports only io/stores/cache.py (stdlib only), so it starts in milliseconds.
 CHILD = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from turbofeed.io.s3 import cache
+from turbofeed.io.stores import cache
 root, name, size, log, go, hang = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7] == "1"
 content = (bytes(range(256)) * (size // 256 + 1))[:size]
 while not os.path.exists(go):

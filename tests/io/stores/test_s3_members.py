@@ -1,4 +1,4 @@
-"""io.s3.shards: every member of an ``s3://`` WebDataset sample, through a real S3 server
+"""io.stores.shards: every member of an ``s3://`` WebDataset sample, through a real S3 server
 (moto on 127.0.0.1): from the node cache's copy, or with one ranged GET of exactly the
 member when the cache has no room; an index cached by the old version is rebuilt."""
 
@@ -16,9 +16,9 @@ pytest.importorskip("boto3")
 from turbofeed.io import Dataset, pick_member  # noqa: E402
 from turbofeed.io.local.index import INDEX_VERSION  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
-from turbofeed.io.s3.client import S3Client  # noqa: E402
-from turbofeed.io.s3.config import S3Config, configure  # noqa: E402
-from turbofeed.io.s3.urls import close_clients  # noqa: E402
+from turbofeed.io.stores.client import S3Client  # noqa: E402
+from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
+from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import LocalS3Server  # noqa: E402
 
 BUCKET = "tf-members"

@@ -3,7 +3,7 @@ sizes and ETags they found (so building the shards costs no HEAD per shard, and 
 the dataset index object, ``turbofeed.index``, never a shard, costs no request).
 
 Every object that looks like a tar shard is kept, compressed and zero-byte ones too:
-the shards report those they cannot read (:class:`turbofeed.io.s3.shards.S3Shards`) instead of
+the shards report those they cannot read (:class:`turbofeed.io.stores.shards.S3Shards`) instead of
 leaving them out without a word.
 """
 
@@ -22,12 +22,12 @@ from ..paths import INDEX_NAME, expand_braces
 from ..retry import RemoteError
 from .client import S3Client
 from .config import ObjectInfo, S3Config, default_config
-from .stores import ENV_PREFIXES, split_url
+from .families import ENV_PREFIXES, split_url
 from .transfers import run_parts
 from .errors import not_found
 
 # Shard suffixes, as for local paths: plain tars are read with ranged GETs; the compressed
-# ones from a plain copy in the node cache (io.s3.compressed), .tar.zst is reported.
+# ones from a plain copy in the node cache (io.stores.compressed), .tar.zst is reported.
 SHARD_SUFFIXES = TAR_SUFFIXES
 COMPRESSED = tuple(suffix for suffix in SHARD_SUFFIXES if suffix != ".tar")
 
