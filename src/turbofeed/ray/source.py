@@ -58,7 +58,7 @@ def opened(description: DataDescription, on_error: str = "raise") -> Source:
             options = description.options()
             source = _OPENED[key] = Source.open(
                 description.data, on_error=on_error, cache_dir=options["cache_dir"], format=options["format"],
-                format_options=options["format_options"], s3=options["s3"], classes=options["classes"],
+                format_options=options["format_options"], storage=options["storage"], classes=options["classes"],
                 index=options["index"])
         return source
 
