@@ -32,8 +32,9 @@
 #               (GPU_CHECK_INSTALL=1: install them for real, for wheels made for this Python)
 #   --count N   images to generate (default 8192: 32 batches an epoch; dry run 48)
 # Environment: GPU_CHECK_PYTHON (default python3), GPU_CHECK_TESTS (test paths),
-#   GPU_CHECK_TEST_BUDGET (seconds, default 130), GPU_CHECK_BENCH_BUDGET (default 200; with
-#   install, env and data, about 40 s, the run ends within 6 minutes),
+#   GPU_CHECK_TEST_BUDGET (seconds, default 130), GPU_CHECK_BENCH_BUDGET (default 240: the rows
+#   time epoch 1 apart now, about 140-185 s), GPU_CHECK_PROFILE_BUDGET (default 150, only with --only profile; with
+#   install, env and data, about 40 s, the run ends within 9 minutes at most),
 #   GPU_CHECK_SECONDS (per benchmark row), GPU_CHECK_DATAGEN (the generator script),
 #   GPU_CHECK_ENV_TIMEOUT (seconds per env command, default 60), GPU_CHECK_GLIBC (the dry
 #   run's guess of the GPU machine's glibc, default 2.39).
@@ -247,7 +248,7 @@ do_tests() {
 }
 
 do_bench() {
-    local budget=${GPU_CHECK_BENCH_BUDGET:-200} args=(--data "$WORK/data" --out "$OUT" --work "$WORK")
+    local budget=${GPU_CHECK_BENCH_BUDGET:-240} args=(--data "$WORK/data" --out "$OUT" --work "$WORK")
     [ "$DRY" = 1 ] && args+=(--dry-run)
     [ -n "${GPU_CHECK_SECONDS:-}" ] && args+=(--seconds "$GPU_CHECK_SECONDS")
     (cd "$ROOT" && PYTHONUNBUFFERED=1 timeout --kill-after=10 "$budget" "$PY" bench/gpu_check.py "${args[@]}")
