@@ -14,7 +14,10 @@ ray = pytest.importorskip("ray", reason="turbofeed[ray] is not installed")
 
 import turbofeed  # noqa: E402
 import turbofeed.ray as tray  # noqa: E402
+from builders import encode, photo, write_tar  # noqa: E402
+from image_cases import ones_in_scan  # noqa: E402
 from turbofeed import transforms as T  # noqa: E402
+from turbofeed.errors import SampleError  # noqa: E402
 
 SEED, EPOCH, SIZE = 7, 2, 32
 
@@ -93,3 +96,43 @@ def test_a_restart_reads_exactly_what_was_not_consumed(cluster, shards):
     assert not set(head) & set(tail)
     same({**head, **tail}, local(shards))
     assert second.state_dict()["consumed"] == [[0, 120]]
+
+
+@pytest.fixture
+def damaged_shard(tmp_path) -> str:
+    """12 JPEGs, key 04 with its scan damaged and key 07 not an image."""
+    good = [encode(photo(60 + i, 80, seed=i), quality=90) for i in range(12)]
+    bad = {"04": ones_in_scan(good[4]), "07": b"not an image at all" * 10}
+    members = []
+    for i, jpg in enumerate(good):
+        members += [(f"{i:02d}.jpg", bad.get(f"{i:02d}", jpg)), (f"{i:02d}.cls", str(i).encode())]
+    return write_tar(str(tmp_path / "bad.tar"), members)
+
+
+@pytest.mark.parametrize("where", ["actors", "trainer"])
+def test_bad_samples_are_skipped_counted_and_consumed(cluster, damaged_shard, where):
+    kw = dict(seed=SEED, epoch=EPOCH, on_error="skip")
+    if where == "actors":
+        loader = tray.loader(tray.read(damaged_shard, transform=transform(), decoders=1, **kw), batch_size=5,
+                             epoch=EPOCH, on_error="skip", return_keys=True)
+    else:
+        loader = tray.loader(tray.read(damaged_shard, **kw), batch_size=5, data=damaged_shard,
+                             transform=transform(), return_keys=True, **kw)
+    keys = [k for _, _, batch_keys in loader for k in batch_keys]
+    assert sorted(keys) == [f"bad.tar/{i:02d}" for i in range(12) if i not in (4, 7)]
+    assert loader.stats.skipped == 2 and sum(loader.stats.errors.values()) == 2
+    assert loader.state_dict()["consumed"] == [[0, 12]]  # a skipped sample is not read again on resume
+
+
+@pytest.mark.parametrize("where", ["actors", "trainer"])
+def test_a_bad_sample_raises_its_sample_error_under_raise(cluster, damaged_shard, where):
+    """In the trainer, as a SampleError naming the shard and key (from an actor, Ray's
+    error is also an instance of it)."""
+    if where == "actors":
+        rows = tray.read(damaged_shard, seed=SEED, epoch=EPOCH, transform=transform(), decoders=1)
+        loader = tray.loader(rows, batch_size=12)
+    else:
+        loader = tray.loader(tray.read(damaged_shard, seed=SEED, epoch=EPOCH), batch_size=12, data=damaged_shard,
+                             transform=transform(), seed=SEED, epoch=EPOCH)
+    with pytest.raises(SampleError, match=r"bad.tar/(04|07)"):
+        list(loader)
