@@ -17,7 +17,7 @@ import turbofeed.ray as tray  # noqa: E402
 from builders import encode, photo, write_tar  # noqa: E402
 from image_cases import ones_in_scan  # noqa: E402
 from turbofeed import transforms as T  # noqa: E402
-from turbofeed.errors import SampleError  # noqa: E402
+from turbofeed.errors import SampleError, StorageError  # noqa: E402
 
 SEED, EPOCH, SIZE = 7, 2, 32
 
@@ -135,4 +135,23 @@ def test_a_bad_sample_raises_its_sample_error_under_raise(cluster, damaged_shard
         loader = tray.loader(tray.read(damaged_shard, seed=SEED, epoch=EPOCH), batch_size=12, data=damaged_shard,
                              transform=transform(), seed=SEED, epoch=EPOCH)
     with pytest.raises(SampleError, match=r"bad.tar/(04|07)"):
+        list(loader)
+
+
+def test_data_changed_after_the_epoch_was_cut_is_a_storage_error(cluster, tmp_path):
+    """A shard rewritten between read() and the first batch: positions would name other
+    samples, so the trainer gets a StorageError, not another sample's pixels."""
+    path = tmp_path / "one.tar"
+    def shard(labels):
+        members = []
+        for i, label in enumerate(labels):
+            image = encode(photo(40, 50, seed=i), quality=90)
+            members += [(f"{i:02d}.jpg", image), (f"{i:02d}.cls", str(label).encode())]
+        write_tar(str(path), members)
+
+    shard(range(8))
+    rows = tray.read(str(path), seed=SEED, epoch=EPOCH)
+    shard(range(1, 9))  # the same images, other labels
+    loader = tray.loader(rows, batch_size=4, data=str(path), transform=transform(), seed=SEED, epoch=EPOCH)
+    with pytest.raises(StorageError, match="the data changed since turbofeed.ray.read"):
         list(loader)

@@ -22,7 +22,7 @@ import numpy as np
 from ..datasets import Dataset as DataDescription
 from ..engine.choose import Source
 from ..engine.work import SampleWork
-from ..errors import SampleError
+from ..errors import SampleError, StorageError
 from ..extras import require
 from ..plan.order import epoch_permutation
 from .positions import Consumed, read_ranges
@@ -63,18 +63,39 @@ def opened(description: DataDescription, on_error: str = "raise") -> Source:
         return source
 
 
-def read_rows(description: DataDescription, on_error: str, positions: np.ndarray, gids: np.ndarray) -> Iterator[Any]:
+def same_data(description: DataDescription, on_error: str, digest: str) -> Source:
+    """The data opened in this process, as it was when the epoch was cut (content print
+    ``digest``), opened again once where this process's copy is older.
+
+    Raises:
+        StorageError: the data changed since :func:`turbofeed.ray.read` cut the epoch:
+            positions would name other samples.
+    """
+    source = opened(description, on_error)
+    if source.dataset.content_print().digest != digest:
+        with _OPENED_LOCK:
+            _OPENED.pop(pickle.dumps((description, on_error)), None)
+        source = opened(description, on_error)
+        if source.dataset.content_print().digest != digest:
+            raise StorageError(str(description.data), "the data changed since turbofeed.ray.read() cut the epoch "
+                               "(its content differs): read it again")
+    return source
+
+
+def read_rows(description: DataDescription, on_error: str, digest: str, positions: np.ndarray,
+              gids: np.ndarray) -> Iterator[Any]:
     """A read task's work: the rows of ``positions`` (sample ids ``gids``) in blocks of
     :data:`ROWS_PER_BLOCK`: ``position``, ``gid``, ``key`` (``shard/key``), ``label``,
     ``data`` (the encoded bytes; empty where ``error`` says why there are none, and
     ``stage`` which stage found it).
 
     Raises:
-        StorageError: a shard vanished, changed or failed to read.
+        StorageError: a shard vanished, changed or failed to read, or the data is not
+            what it was when the epoch was cut (``digest``: :func:`same_data`).
     """
     import pyarrow as pa
 
-    source = opened(description, on_error)
+    source = same_data(description, on_error, digest)
     dataset = source.dataset
     work = SampleWork(dataset, None, source.stats, seed=0, epoch=0)  # the fetch only: no crop drawn here
     for first in range(0, len(positions), ROWS_PER_BLOCK):
@@ -120,6 +141,7 @@ class TurbofeedDatasource(ray_data.Datasource):  # type: ignore[name-defined]
         self.description = describe(data)
         self.on_error = on_error
         dataset = opened(self.description, on_error).dataset
+        self.digest = dataset.content_print().digest  # each read task checks it reads the same data
         self.size = len(dataset)
         self.order = epoch_permutation(self.size, seed=seed, epoch=epoch, shuffle=shuffle)
         self.ranges = read_ranges(self.size, consumed or Consumed(), rows_per_task)
@@ -138,7 +160,7 @@ class TurbofeedDatasource(ray_data.Datasource):  # type: ignore[name-defined]
         tasks = []
         for start, stop in self.ranges:
             positions = np.arange(start, stop, dtype=np.int64)
-            read = functools.partial(read_rows, self.description, self.on_error, positions,
+            read = functools.partial(read_rows, self.description, self.on_error, self.digest, positions,
                                      self.order[start:stop])
             tasks.append(ray_data.ReadTask(read, BlockMetadata(num_rows=stop - start, size_bytes=None,
                                                                exec_stats=None, input_files=None),
