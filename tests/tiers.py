@@ -32,6 +32,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_chunks.py::test_a_gpu_feed_pass_reuses_a_few_buffers_with_every_image_intact",
         "tests/engine/test_chunks.py::test_a_ranks_chunks_give_the_per_sample_path_batches",
         "tests/ray/test_on_ray.py",
+        "tests/ray/test_cluster.py",
         "tests/test_scan_verdicts.py",
         "tests/io/stores/test_credentials.py::test_azure_from_the_connection_string_variable_under_every_spelling",
         "tests/io/stores/test_credentials.py::test_use_development_storage_reaches_azurite",
@@ -274,6 +275,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "subprocess": (  # a child Python, torchrun, the CLI, tar programs, mypy, an emulator process
         "tests/dali/test_missing.py",
         "tests/ray/test_on_ray.py",
+        "tests/ray/test_cluster.py",
         "tests/decode/test_fuzz_native.py::test_random_crops_and_damaged_jpegs_under_sanitizers",
         "tests/decode/test_native_notice.py",
         "tests/engine/test_slots.py::test_importing_the_slots_does_not_import_torch",

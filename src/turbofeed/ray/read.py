@@ -17,7 +17,8 @@ STATE_VERSION = 1
 
 def read(data: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = True, transform: Compose | None = None,
          decoders: int | None = None, on_error: str = "raise", channels_last: bool = False,
-         resume: Sequence[dict] | dict | None = None, rows_per_task: int = 256) -> Any:
+         resume: Sequence[dict] | dict | None = None, rows_per_task: int = 256,
+         actor_options: dict[str, Any] | None = None) -> Any:
     """One epoch of ``data`` as a ``ray.data.Dataset``, for a ``TorchTrainer`` (docs/ray.md).
 
     Without ``transform`` its rows are the encoded samples (``position``, ``gid``,
@@ -37,6 +38,8 @@ def read(data: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = True, tran
         resume: the trainers' ``state_dict()`` (one, or one per trainer) of this epoch: the
             positions they consumed are not read again.
         rows_per_task: positions per read task.
+        actor_options: Ray's options for each decode actor (``num_cpus``, ``resources``,
+            ``scheduling_strategy``, ...): where the decoding runs.
 
     Raises:
         ValueError: a state of another epoch or version, or an option Ray reading does not take.
@@ -51,7 +54,7 @@ def read(data: Any, *, seed: int = 0, epoch: int = 0, shuffle: bool = True, tran
                                   channels_last=channels_last)
     Decode(data, **kwargs)  # a bad option fails here, not in an actor
     return rows.map_batches(Decode, fn_constructor_args=(data,), fn_constructor_kwargs=kwargs, batch_size=64,
-                            concurrency=decoders or (1, 8))
+                            concurrency=decoders or (1, 8), **(actor_options or {}))
 
 
 def merged(states: Sequence[dict] | dict | None, epoch: int) -> Consumed:
