@@ -28,7 +28,7 @@
 #                             [--work DIR] [--count N]
 #   --dry-run   every step on the CPU: the wheels are only resolved for CPython 3.12 (pip
 #               --dry-run), the environment here is used, tiny data, the CPU stand-in
-#               decoder and CPU timings (tests/test_gpu_check.py runs this in CI)
+#               decoder and CPU timings (tests/repo/test_gpu_check.py runs this in CI)
 #               (GPU_CHECK_INSTALL=1: install them for real, for wheels made for this Python)
 #   --count N   images to generate (default 8192: 32 batches an epoch; dry run 48)
 # Environment: GPU_CHECK_PYTHON (default python3), GPU_CHECK_TESTS (test paths),

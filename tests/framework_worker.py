@@ -1,4 +1,4 @@
-"""A training script as a Lightning or Accelerate user writes it, for tests/test_frameworks.py:
+"""A training script as a Lightning or Accelerate user writes it, for tests/torch/test_frameworks.py:
 no turbofeed argument about ranks (``enable_distributed`` left at its default), the loader
 built where such scripts build it. Each rank writes the sample keys of its steps to
 ``OUT.rank<r>.json``.

@@ -1,4 +1,4 @@
-"""One rank of tests/test_streaming_torchrun.py, started by torchrun: streams ``s3://`` shards
+"""One rank of tests/io/stores/test_streaming_torchrun.py, started by torchrun: streams ``s3://`` shards
 (endpoint, credentials and node cache from the environment) and writes each step's sample
 keys to ``LOG.rank<r>.jsonl``, and after each phase this process's S3 counters
 (``shards_downloaded``, ``cache_misses``, ...: for failure messages) to ``LOG.rank<r>.s3.jsonl``.

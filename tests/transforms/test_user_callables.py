@@ -1,6 +1,6 @@
 """User callables after turbofeed's fused ops: they run per sample in the worker threads
 on the fused decode's output, on the native (JPEG) and the general (PNG) decode paths;
-``batch_transform`` runs once per delivered batch. (One that raises: tests/test_user_code.py.)"""
+``batch_transform`` runs once per delivered batch. (One that raises: tests/engine/test_user_code.py.)"""
 
 from __future__ import annotations
 

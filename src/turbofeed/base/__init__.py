@@ -7,7 +7,7 @@ when already imported, launcher variables), ``threads`` (how many threads a load
 starts) and ``renamed`` (keywords renamed, accepted under the old name for a release).
 None imports torch. With ``turbofeed.errors``, ``turbofeed.units``, ``turbofeed._deps``,
 ``turbofeed.extras`` and ``turbofeed.redact`` this is rank 0 of docs/design.md
-("Package ranks"), checked by tests/test_layout.py.
+("Package ranks"), checked by tests/repo/test_layout.py.
 
 This ``__init__`` imports nothing, so that importing one module of it imports only that.
 """

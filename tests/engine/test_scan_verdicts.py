@@ -1,7 +1,7 @@
 """The dataset index's scan verdicts through the loaders (#35 item 3): a sample the index
 found intact is not checked again by a new process's first epoch; a damaged JPEG is
 never delivered, in epoch 1 or later, whatever ``on_error`` says; bytes changed since
-the index was built never keep its verdict. (Without an index: tests/test_bad_images.py.)"""
+the index was built never keep its verdict. (Without an index: tests/engine/test_bad_images.py.)"""
 
 from __future__ import annotations
 

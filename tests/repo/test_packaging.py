@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # sha256 of the Apache License 2.0 as apache.org publishes it (LICENSE-2.0.txt; Debian's
 # /usr/share/common-licenses/Apache-2.0 is the same bytes).
 APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
@@ -114,7 +114,7 @@ def test_the_sdists_tests_collect(sdist):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     ids = [line for line in done.stdout.splitlines() if "::" in line]
     collected_files = {line.split("::", 1)[0] for line in ids}
-    assert "tests/test_packaging.py" in collected_files
+    assert "tests/repo/test_packaging.py" in collected_files
     assert len(collected_files) > 30 and len(ids) > 300
 
 

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("mypy", reason="mypy is not installed (pip install 'turbofeed[test]')")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "turbofeed"
 CACHE = ROOT / ".mypy_cache"
 

@@ -13,7 +13,7 @@ import pytest
 
 import tiers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,11 +70,11 @@ def test_an_entry_matches_its_folder_file_or_test_and_every_parametrization():
     saved = dict(tiers.TIERS)
     try:
         tiers.TIERS.clear()
-        tiers.TIERS.update({"gpu": ("tests/gpu/",), "packaging": ("tests/test_wheel.py",),
+        tiers.TIERS.update({"gpu": ("tests/gpu/",), "packaging": ("tests/repo/test_wheel.py",),
                             "subprocess": ("tests/test_cli.py::test_bench",),
                             "slow": ("tests/test_cli.py::TestX::test_y", "tests/test_cli.py::test_bench")})
         assert tiers.tiers_of("tests/gpu/test_x.py", "tests/gpu/test_x.py::test_a[1]") == ["gpu"]
-        assert tiers.tiers_of("tests/test_wheel.py", "tests/test_wheel.py::test_a") == ["packaging"]
+        assert tiers.tiers_of("tests/repo/test_wheel.py", "tests/repo/test_wheel.py::test_a") == ["packaging"]
         assert tiers.tiers_of("tests/test_cli.py", "tests/test_cli.py::test_bench[a-b]") == ["slow", "subprocess"]
         assert tiers.tiers_of("tests/test_cli.py", "tests/test_cli.py::test_bench_other") == []
         assert tiers.tiers_of("tests/test_cli.py", "tests/test_cli.py::TestX::test_y[3]") == ["slow"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from builders import free_port
 
-WORKER = str(Path(__file__).resolve().parent / "framework_worker.py")
+WORKER = str(Path(__file__).resolve().parents[1] / "framework_worker.py")
 
 
 def launch(cmd: list[str], tmp_path: Path) -> str:

@@ -20,7 +20,7 @@ import turbofeed
 from turbofeed import transforms as T
 from turbofeed._datagen import make_imagenet_like
 
-EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "distributed_ddp.py")
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "distributed_ddp.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 

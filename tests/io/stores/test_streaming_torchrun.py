@@ -38,7 +38,7 @@ boto3 = pytest.importorskip("boto3")
 from turbofeed._datagen import make_imagenet_like  # noqa: E402
 from turbofeed.testing import FaultProxy, LocalS3Server  # noqa: E402
 
-WORKER = str(Path(__file__).resolve().parent / "streaming_worker.py")
+WORKER = str(Path(__file__).resolve().parents[2] / "streaming_worker.py")
 BUCKET, PREFIX = "tf-stream", "shards"
 NODES, PROCS, EPOCHS, BATCH = 2, 2, 2, 4
 SHARDS, PER_SHARD = 8, 24
@@ -246,7 +246,7 @@ def test_example_streams_on_one_node(dataset, tmp_path):
     """examples/distributed_ddp.py --streaming --cache-bytes: two ranks of one node, one
     epoch, each sample once, equal steps, each shard fetched once for the node."""
     sizes = dataset["sizes"]
-    example = str(Path(__file__).resolve().parents[1] / "examples" / "distributed_ddp.py")
+    example = str(Path(__file__).resolve().parents[3] / "examples" / "distributed_ddp.py")
     log = tmp_path / "keys"
     with FaultProxy(dataset["server"].endpoint) as proxy:
         cmd = [*TORCHRUN, f"--nproc_per_node={PROCS}", f"--master_port={free_port()}", "--master_addr=127.0.0.1",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = ("probe", "nvjpeg", "loader", "hybrid", "cpu", "resnet", "memory", "gds", "switch")
 
 
@@ -275,7 +275,7 @@ def test_the_install_takes_what_fits_and_each_env_command_has_a_timeout(tmp_path
     _installable(wheels, "too_new", "py3-none-manylinux_2_99_x86_64")
     done = _check(tmp_path, "--wheels", str(wheels), "--only", "tests", GPU_CHECK_INSTALL="1",
                   GPU_CHECK_ENV_TIMEOUT="0.01",
-                  GPU_CHECK_TESTS="tests/test_tiers.py::test_no_entry_is_listed_twice_in_one_tier")
+                  GPU_CHECK_TESTS="tests/repo/test_tiers.py::test_no_entry_is_listed_twice_in_one_tier")
     log = (tmp_path / "out" / "gpu_check.log").read_text()
     assert done.returncode == 1, log[-3000:]
     assert "glibc: " in log and "refused: too_new-1.0-py3-none-manylinux_2_99_x86_64.whl: needs glibc >= 2.99" in log

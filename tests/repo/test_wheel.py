@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIBJPEG_LICENSE = "LICENSE.libjpeg-turbo"
 
 pytestmark = [
@@ -168,7 +168,7 @@ def test_wheel_installs_without_a_compiler_and_decodes_with_the_bundled_libjpeg(
 
 def core_dependencies() -> list[str]:
     """The names of pyproject.toml's core dependencies, without their pins."""
-    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
         listed = tomllib.load(f)["project"]["dependencies"]
     return [re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0] for dep in listed]
 
