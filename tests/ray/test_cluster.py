@@ -1,5 +1,5 @@
 """turbofeed on a local Ray cluster of two nodes (``ray.cluster_utils.Cluster``: a head
-and a worker, each its own raylet with one CPU): decoding placed on the worker node by a
+with two logical CPUs and a worker with one, each its own raylet): decoding placed on the worker node by a
 custom resource gives the DataLoader's pixels; a decode actor killed mid-epoch loses and
 repeats nothing; a TorchTrainer of two workers on gloo gets every sample once."""
 
@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -25,7 +26,9 @@ SEED, EPOCH, SIZE = 3, 1, 24
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # the head: this process, the read tasks (one CPU each) and the train workers, so two
+    # logical CPUs: with one, two train workers of 0.25 left no whole CPU for a read task
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     worker = cluster.add_node(num_cpus=1, resources={"decode": 1})
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     yield cluster, worker
@@ -124,7 +127,16 @@ def test_a_torch_trainer_of_two_workers_gets_every_sample_once(two_nodes, shards
                            scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.25}),
                            torch_config=TorchConfig(backend="gloo"), datasets={"train": rows},
                            run_config=RunConfig(storage_path=str(tmp_path / "runs")))
-    trainer.fit()
+    finished = threading.Event()
+
+    def fit() -> None:
+        trainer.fit()
+        finished.set()
+
+    runner = threading.Thread(target=fit, daemon=True)
+    runner.start()
+    runner.join(300)  # a hang fails the test (the fixture's shutdown then stops the run)
+    assert finished.is_set(), "the TorchTrainer did not finish within 300 s"
     ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1)]
     keys = ranks[0]["keys"] + ranks[1]["keys"]
     assert ranks[0]["keys"] and ranks[1]["keys"]
