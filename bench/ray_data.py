@@ -18,7 +18,7 @@ between processes (encoded bytes from read task to decoder; with actors, the dec
 image to the trainer too). On a 2-core machine the two nodes share the cores: the
 ratio is what to read, the goal being >= 0.8 for actors on another node.
 
-    python bench/ray.py --data bench/.data/in1k [--cores 1] [--epochs 2] [--json FILE]
+    python bench/ray_data.py --data bench/.data/in1k [--cores 1] [--epochs 2] [--json FILE]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     shards = sorted(glob.glob(os.path.join(args.data, "*.tar")))
     if not shards:
-        print(f"bench/ray.py: no .tar shards in {args.data}", file=sys.stderr)
+        print(f"bench/ray_data.py: no .tar shards in {args.data}", file=sys.stderr)
         return 2
     import ray
     from ray.cluster_utils import Cluster
