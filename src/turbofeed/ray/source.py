@@ -48,12 +48,13 @@ def describe(data: Any) -> DataDescription:
     return description
 
 
-def opened(description: DataDescription, on_error: str = "raise") -> Source:
+def opened(description: DataDescription, on_error: str = "raise", *, again: bool = False) -> Source:
     """The data opened in this process (once per description and ``on_error``: a Ray
-    worker runs many tasks and actors of one dataset)."""
+    worker runs many tasks and actors of one dataset); ``again``: opened anew, this
+    process's copy dropped."""
     key = pickle.dumps((description, on_error))
     with _OPENED_LOCK:
-        source = _OPENED.get(key)
+        source = None if again else _OPENED.get(key)
         if source is None:
             options = description.options()
             source = _OPENED[key] = Source.open(
@@ -73,9 +74,7 @@ def same_data(description: DataDescription, on_error: str, digest: str) -> Sourc
     """
     source = opened(description, on_error)
     if source.dataset.content_print().digest != digest:
-        with _OPENED_LOCK:
-            _OPENED.pop(pickle.dumps((description, on_error)), None)
-        source = opened(description, on_error)
+        source = opened(description, on_error, again=True)
         if source.dataset.content_print().digest != digest:
             raise StorageError(str(description.data), "the data changed since turbofeed.ray.read() cut the epoch "
                                "(its content differs): read it again")
@@ -145,8 +144,8 @@ class TurbofeedDatasource(ray_data.Datasource):  # type: ignore[name-defined]
         self.size = len(dataset)
         self.order = epoch_permutation(self.size, seed=seed, epoch=epoch, shuffle=shuffle)
         self.ranges = read_ranges(self.size, consumed or Consumed(), rows_per_task)
-        sizes = dataset.ranges().sizes
-        self.nbytes = int(sizes[self.order].sum()) if len(sizes) else None
+        sizes = dataset.ranges().sizes  # the order is a permutation: every sample's bytes once
+        self.nbytes = int(sizes.sum()) if len(sizes) else None
 
     def estimate_inmemory_data_size(self) -> int | None:
         return self.nbytes
