@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -222,8 +221,7 @@ class DatasetBatches:
                 payload = dataset.read_member(gid, ext)
                 out.append(_EMPTY if payload is None else as_bytes(payload))
         if self.return_keys:
-            shard, key = dataset.describe(gid)
-            out.append(np.frombuffer(f"{os.path.basename(shard)}/{key}".encode(), np.uint8))
+            out.append(np.frombuffer(dataset.sample_name(gid).encode(), np.uint8))
         return tuple(out)
 
     def close(self) -> None:

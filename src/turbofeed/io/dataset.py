@@ -233,6 +233,12 @@ class Dataset:
         source, i = self.locate(gid)
         return source.path, source.table.keys[i]
 
+    def sample_name(self, gid: int) -> str:
+        """How batches name sample ``gid`` (``return_keys``, DALI's keys, Ray's rows): its
+        shard's file name and its key, ``shard-000003.tar/n01440764_10026``."""
+        shard, key = self.describe(gid)
+        return f"{os.path.basename(shard)}/{key}"
+
     def image_name(self, gid: int) -> str:
         source, i = self.locate(gid)
         return source.table.image_names[i]

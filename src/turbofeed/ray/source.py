@@ -11,7 +11,6 @@ dataset index as every loader does. Positions already consumed (a checkpoint's
 from __future__ import annotations
 
 import functools
-import os
 import pickle
 import threading
 from collections.abc import Iterator
@@ -101,12 +100,11 @@ def read_rows(description: DataDescription, on_error: str, digest: str, position
         rows = slice(first, first + ROWS_PER_BLOCK)
         keys, datas, errors, stages = [], [], [], []
         for gid in gids[rows].tolist():
-            shard, key = dataset.describe(gid)
-            keys.append(f"{os.path.basename(shard)}/{key}")
+            keys.append(dataset.sample_name(gid))
             try:
                 data = work.fetch(gid)
                 if isinstance(data, np.ndarray):
-                    raise SampleError(shard, key, "fetch", "pre-decoded arrays are not read on Ray yet")
+                    raise SampleError(*dataset.describe(gid), "fetch", "pre-decoded arrays are not read on Ray yet")
                 datas.append(bytes(data))
                 errors.append("")
                 stages.append("")

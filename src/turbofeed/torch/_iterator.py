@@ -8,7 +8,6 @@ independently, each with its own epoch, position and threads (as torch's iterato
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -160,11 +159,7 @@ class _LoaderIterator:
 
     def _keys(self, job: Job) -> list[str]:
         dataset = self.loader.dataset
-        keys = []
-        for gid in job.ids[job.ok]:
-            shard, key = dataset.describe(int(gid))
-            keys.append(f"{os.path.basename(shard)}/{key}")
-        return keys
+        return [dataset.sample_name(gid) for gid in job.ids[job.ok].tolist()]
 
     def supersede(self) -> None:
         """A newer ``iter(loader)`` took over: stop, and raise on any later use."""
