@@ -85,21 +85,31 @@ def test_a_ranks_chunks_give_the_per_sample_path_batches(shards, monkeypatch, gp
 
 
 def test_one_native_call_per_chunk(shards, monkeypatch):
-    calls = {"chunks": 0, "samples": 0}
-    run = native.run_chunk
+    calls = {"chunks": 0, "rows": 0, "opening": 0}
+    run_at, run = native.run_chunk_at, native.run_chunk
 
     def counting(*a, **k):
         calls["chunks"] += 1
-        calls["samples"] += len(a[0])
+        calls["rows"] += a[3]
+        return run_at(*a, **k)
+
+    def opening(*a, **k):  # a chunk whose shards were not open yet: they are opened, it runs again
+        calls["opening"] += 1
         return run(*a, **k)
 
-    monkeypatch.setattr(native, "run_chunk", counting)
+    monkeypatch.setattr(native, "run_chunk_at", counting)
+    monkeypatch.setattr(native, "run_chunk", opening)
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32))
     n = sum(len(labels) for _, labels in loader)
     assert n == 120 and chunk_size(40, 2) == 32
-    assert calls == {"chunks": 6, "samples": 120}  # 32 + 8 in each of 3 batches of 40
+    assert calls["chunks"] == 6 and calls["rows"] == 120  # 32 + 8 in each of 3 batches of 40
+    # each opening call opened a shard (3), one more where both threads raced for one
+    assert 1 <= calls["opening"] <= 4
     seconds = loader.stats.as_dict()["seconds"]
     assert seconds["fetch"] > 0 and seconds["decode.cpu"] > 0 and loader.stats.as_dict()["bytes_read"] > 0
+    calls.update(chunks=0, rows=0, opening=0)
+    assert sum(len(labels) for _, labels in loader) == 120  # the next epoch finds every shard open
+    assert calls == {"chunks": 6, "rows": 120, "opening": 0}
 
 
 def test_chunk_size_follows_threads_within_bounds():
@@ -207,17 +217,43 @@ def test_a_shard_replaced_during_the_pass_raises(tmp_path):
 
 def fail_reads(monkeypatch, errnos: dict[int, int]) -> None:
     """Each chunk's read of row ``i`` fails with ``errnos[i]`` (a device error cannot be
-    made on a healthy disk: the native call runs, then its codes say so)."""
-    read = native.run_chunk
+    made on a healthy disk: the native call runs, then its codes say so), whichever of
+    the two native chunk calls reads it (the first chunks open the shards: run_chunk)."""
+    read, read_at = native.run_chunk, native.run_chunk_at
 
-    def failing(*a, **k):
-        codes, reading = read(*a, **k)
+    def failed(codes):
         codes = codes.copy()
         for row, code in errnos.items():
             codes[row] = (native.READ_ERRNO, code)
-        return codes, reading
+        return codes
+
+    def failing(*a, **k):
+        codes, reading = read(*a, **k)
+        return failed(codes), reading
+
+    def failing_at(*a, **k):
+        codes, reading, nbytes = read_at(*a, **k)
+        return failed(np.zeros((a[3], 2), np.int32) if codes is None else codes), reading, nbytes
 
     monkeypatch.setattr(native, "run_chunk", failing)
+    monkeypatch.setattr(native, "run_chunk_at", failing_at)
+
+
+def test_a_read_error_on_an_open_shard_is_a_storage_error_naming_it(shards, monkeypatch):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32))
+    list(loader)  # every shard open: the chunks are one native call each
+    read_at = native.run_chunk_at
+
+    def failing_at(*a, **k):
+        codes, reading, nbytes = read_at(*a, **k)
+        assert codes is None  # no chunk went back to the opening path
+        codes = np.zeros((a[3], 2), np.int32)
+        codes[3] = (native.READ_ERRNO, errno.EIO)
+        return codes, reading, nbytes
+
+    monkeypatch.setattr(native, "run_chunk_at", failing_at)
+    with pytest.raises(StorageError, match=r"\.tar: read of \d+ bytes at offset \d+ failed: Input/output error"):
+        list(loader)
 
 
 def test_a_read_error_is_a_storage_error_naming_the_shard(shards, monkeypatch):
@@ -286,6 +322,58 @@ def test_native_calls_report_each_sample(tmp_path):
         codes, _ = native.run_chunk(fds, offsets, sizes, stamps, gids, np.ones(4, bool), rows, compose.program, 0,
                                     small)
         assert codes[:, 0].tolist() == [native.RUN_GENERAL] * 4
+    finally:
+        os.close(fd)
+
+
+def test_run_chunk_at_takes_its_rows_from_the_order_and_the_tables(tmp_path):
+    """run_chunk_at alone: sample ids from a strided order, reads gathered by id, rows
+    not readable by range or on a shard not open left untouched, and for the decoded rows
+    the pixels run_chunk gives, their labels and ids written and their checked flags set."""
+    jpgs = [encode(photo(40, 50, seed=i), quality=90) for i in range(5)]
+    path, fd, offsets, sizes, stamps = raw_file(tmp_path, jpgs)
+    compose = T.Compose([T.RandomResizedCrop(20), T.RandomHorizontalFlip()])
+    key = epoch_key(1, 2)
+    try:
+        # sample ids 0..4 of two sources: 0-3 in the raw file, 4 in a shard not open yet
+        readable = np.array([1, 1, 0, 1, 1], np.uint8)  # sample 2: read per sample
+        source = np.array([0, 0, 0, 0, 1], np.int32)
+        fds = np.array([fd, -1], np.int32)
+        by_source = np.concatenate([stamps[:1], stamps[:1]])
+        checked = np.zeros(5, np.uint8)
+        labels = np.array([10, 11, 12, 13, 14], np.int64)
+        table = (readable, source, fds, offsets, sizes, by_source, checked, labels)
+        order = np.array([9, 3, 9, 0, 9, 2, 9, 4, 9, 1], np.int64)  # the chunk: every other from 1
+        out = np.zeros((6, 3, 20, 20), np.uint8)
+        labels_out, ids_out = np.full(6, -1, np.int64), np.full(6, -1, np.int64)
+        codes, reading, nbytes = native.run_chunk_at(order, 1, 2, 5, 1, table, compose.program, key, out,
+                                                     labels_out, ids_out)
+        assert codes is not None and reading > 0
+        assert codes[:, 0].tolist() == [0, 0, native.RUN_GENERAL, native.RUN_UNOPENED, 0]
+        assert nbytes == sizes[[3, 0, 1]].sum()
+        assert labels_out.tolist() == [-1, 13, 10, -1, -1, 11] and ids_out.tolist() == [-1, 3, 0, -1, -1, 1]
+        assert checked.tolist() == [1, 1, 0, 1, 0]
+        for row, gid in ((1, 3), (2, 0), (5, 1)):
+            window = compose.window(40, 50, Draws(1, 2, gid))
+            expected = np.empty((3, 20, 20), np.uint8)
+            native.crop_resize(jpgs[gid], window.box, expected, flip=window.flip)
+            np.testing.assert_array_equal(out[row], expected)
+        assert not out[0].any() and not out[3].any() and not out[4].any()  # rows left alone
+        # every row decoded: no codes to look at
+        codes, _, _ = native.run_chunk_at(order, 1, 2, 2, 0, table, compose.program, key, out, labels_out, ids_out)
+        assert codes is None
+        with pytest.raises(ValueError, match="outside the order"):
+            native.run_chunk_at(order, 1, 2, 6, 0, table, compose.program, key, out, labels_out, ids_out)
+        with pytest.raises(ValueError, match="out of range"):  # order[0] is 9: no such sample
+            native.run_chunk_at(order, 0, 1, 1, 0, table, compose.program, key, out, labels_out, ids_out)
+        with pytest.raises(ValueError, match="rows are outside"):
+            native.run_chunk_at(order, 1, 2, 2, 5, table, compose.program, key, out, labels_out, ids_out)
+        with pytest.raises(ValueError, match="disagree"):
+            native.run_chunk_at(order, 1, 2, 2, 0, (*table[:7], labels[:4]), compose.program, key, out,
+                                labels_out, ids_out)
+        with pytest.raises(ValueError, match="writable"):
+            native.run_chunk_at(order, 1, 2, 2, 0, table, compose.program, key, out, labels_out,
+                                np.frombuffer(bytes(48), np.int64))
     finally:
         os.close(fd)
 

@@ -33,5 +33,9 @@ def run_chunk(fds: Any, offsets: Any, sizes: Any, stamps: Any, gids: Any, checks
               epoch_key: int, out: Any, out_h: int, out_w: int, channels_first: bool = ...,
               offset: Sequence[float] | None = ..., factor: Sequence[float] | None = ..., max_pixels: int = ...,
               emulate_ns: int = ...) -> tuple[bytes, int]: ...
+def run_chunk_at(order: Any, first: int, step: int, n: int, row0: int, table: tuple[Any, ...], program: Any,
+                 epoch_key: int, out: Any, out_h: int, out_w: int, labels_out: Any, ids_out: Any,
+                 channels_first: bool = ..., offset: Sequence[float] | None = ..., factor: Sequence[float] | None = ...,
+                 max_pixels: int = ..., emulate_ns: int = ...) -> tuple[bytes | None, int, int]: ...
 def windows(program: Any, epoch_key: int, gids: Any, heights: Any, widths: Any, boxes: Any, sizes: Any, flips: Any,
             /) -> None: ...

@@ -285,6 +285,7 @@ READ_OK, READ_GENERAL, READ_BAD, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2,
 #: :func:`run_chunk`'s codes: decoded; for the per-sample path; no memory (then the
 #: storage faults READ_CHANGED, READ_ERRNO, READ_SHORT as :func:`read_chunk` says them).
 RUN_OK, RUN_GENERAL, RUN_NOMEM = 0, 1, 2
+RUN_UNOPENED = 6  #: :func:`run_chunk_at`: the sample's shard is not open (untouched: open it, run it again)
 
 
 def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray,
@@ -340,6 +341,42 @@ def run_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: n
                                      out, h, w, channels_first, max_pixels=resolve(max_pixels) or 0,
                                      emulate_ns=int(emulate_s * 1e9), **extra)
     return np.frombuffer(codes, np.int32).reshape(-1, 2), reading * 1e-9
+
+
+def run_chunk_at(order: np.ndarray, first: int, step: int, count: int, row0: int, table: tuple[np.ndarray, ...],
+                 program: np.ndarray, epoch_key: int, out: np.ndarray, labels_out: np.ndarray, ids_out: np.ndarray,
+                 *, channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
+                 factor: Sequence[float] | np.ndarray | None = None, max_pixels: int | None | DefaultLimit = DEFAULT,
+                 emulate_s: float = 0.0) -> tuple[np.ndarray | None, float, int]:
+    """:func:`run_chunk` with the chunk's bookkeeping native too, so Python runs a fixed
+    number of operations per chunk (:mod:`turbofeed.engine.chunks`): row ``i`` is sample
+    ``order[first + i * step]``, its read arrays gathered from ``table`` by its id, decoded
+    into row ``row0 + i`` of ``out``; where decoded, its label and id are written to
+    ``labels_out[row0 + i]`` and ``ids_out[row0 + i]`` and its checked flag set.
+
+    Args:
+        order: the pass's int64 order of sample ids (C-contiguous).
+        table: ``(readable, source, fds, offsets, sizes, stamps, checked, labels)``, by
+            sample id but ``fds`` (-1: not open) and ``stamps`` by source: uint8, int32,
+            int32, int64 ... (:meth:`turbofeed.io.local.ranges.SampleRanges.arrays`).
+        out, labels_out, ids_out: the batch's images (as :func:`run_chunk`), labels, ids.
+
+    Returns:
+        ``(codes, read_seconds, bytes_read)``: None for ``codes`` where every row was
+        decoded (the usual chunk: no array made, nothing to look at), else the codes of
+        :func:`run_chunk`, with :data:`RUN_GENERAL` for a sample not readable by range
+        and :data:`RUN_UNOPENED` for one whose shard is not open.
+
+    Raises:
+        ValueError: arrays of other types or lengths, positions or ids out of range.
+    """
+    h, w = out.shape[2:] if channels_first else out.shape[1:3]
+    extra = {} if offset is None and factor is None else {"offset": _floats(offset), "factor": _floats(factor)}
+    codes, reading, nbytes = _crop.run_chunk_at(order, first, step, count, row0, table, program, epoch_key, out, h, w,
+                                                labels_out, ids_out, channels_first,
+                                                max_pixels=resolve(max_pixels) or 0,
+                                                emulate_ns=int(emulate_s * 1e9), **extra)
+    return None if codes is None else np.frombuffer(codes, np.int32).reshape(-1, 2), reading * 1e-9, nbytes
 
 
 def windows(program: np.ndarray, epoch_key: int, gids: np.ndarray, heights: np.ndarray,

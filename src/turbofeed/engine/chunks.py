@@ -7,20 +7,30 @@ near 7k images/s whatever its cores (bench/emulated_cores.py). Here a worker tas
 a chunk of 32-64 positions of a batch and does, with a fixed number of Python and NumPy
 operations whatever the chunk's size:
 
-1. the chunk's sample ids from the plan, and where they lie on disk
-   (:meth:`ChunkReader.select`, :class:`~turbofeed.io.local.ranges.SampleRanges`);
-2. one native call without the GIL (:func:`~turbofeed.decode.native.run_chunk`): every
-   sample read (``pread``) and checked against its shard's identity, its JPEG header
+1. the chunk's sample ids from the plan's order, and where they lie on disk (the
+   dataset's arrays by sample id: :class:`~turbofeed.io.local.ranges.SampleRanges`);
+2. every sample read (``pread``) and checked against its shard's identity, its JPEG header
    read, its crop window chosen from its size and the counter-based draws of (seed,
    epoch, id) (the windows the per-sample path draws, to the bit:
    :mod:`turbofeed.transforms.program`), decoded, resized, flipped and normalised into
    its row of the slot, its whole scan checked where it is not known intact
    (:mod:`turbofeed.engine.checked`: the dataset index's verdicts, then this process's);
-3. labels, ids, the checked flags and the stage times set for the chunk at once.
+3. labels, ids and the checked flags set, the stage times added once for the chunk.
 
-The GPU path's feeding threads do steps 1-2 without the decode (:meth:`ChunkReader.read`:
-the bytes into one buffer for the consumer's batched decode, the scans checked, then
-the chunk's windows: :class:`~turbofeed.engine.decode_gpu.ChunkedGpuDecode`).
+Steps 1-3 are one native call without the GIL
+(:func:`~turbofeed.decode.native.run_chunk_at`), so a chunk costs a fixed dozen Python
+operations (with the batch's own, 4-4.5 us of Python a sample on this machine:
+bench/RESULTS.md). Where that call
+cannot gather a chunk (samples known bad in this pass, a shard not open yet, more shards
+than descriptors kept open, an order computed lazily), step 1 runs in NumPy first
+(:meth:`ChunkReader.select`, :meth:`SampleRanges.files
+<turbofeed.io.local.ranges.SampleRanges.files>`) and steps 2-3 are
+:func:`~turbofeed.decode.native.run_chunk` and NumPy (:meth:`ChunkedCpuDecode.fill_rows`).
+
+The GPU path's feeding threads do steps 1-2 without the decode, step 1 in NumPy
+(:meth:`ChunkReader.read`: the bytes into one buffer for the consumer's batched decode,
+the scans checked, then the chunk's windows:
+:class:`~turbofeed.engine.decode_gpu.ChunkedGpuDecode`).
 
 A position the chunk cannot finish (a sample known bad in this pass, one the dataset
 cannot read by byte range, a PNG or CMYK JPEG, damage, an image over the pixel limit)
@@ -35,14 +45,13 @@ import math
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from ..decode import native
 from ..errors import StorageError
 from ..io.local.files import what_changed
-from ..io.local.ranges import ChunkFiles
 from ..plan import EpochPlan
 from ..transforms.draws import epoch_key
 from .byte_buffers import ByteBuffers
@@ -82,6 +91,15 @@ def chunked(work: SampleWork, *, output: bool = False) -> bool:
         return False
     spec = transform.output
     return not output or spec is None or spec.dtype == np.float32
+
+
+class ChunkOptions(TypedDict):
+    """The native chunk calls' keyword arguments fixed for a pass (its output)."""
+
+    channels_first: bool
+    max_pixels: int | None
+    offset: np.ndarray | None
+    factor: np.ndarray | None
 
 
 @dataclass
@@ -163,17 +181,20 @@ class ChunkReader:
         del files.held[:]  # reads done: the descriptors may be let go
         status = head[:, 0]
         if (status >= native.READ_CHANGED).any():
-            raise self.storage_error(head[:, 0], head[:, 1], files)
+            raise self.storage_error(head[:, 0], head[:, 1], gids)
         self.checked[gids[checks & (status == native.READ_OK)]] = True
         self.work.stats.add_fetch(time.perf_counter() - started, total)
         return Chunk(js, gids, buffer, starts, files.sizes, status, head[:, 1], head[:, 2], left)
 
-    def storage_error(self, status: np.ndarray, errnos: np.ndarray, files: ChunkFiles) -> StorageError:
-        """The error of the chunk's first sample whose read failed (``errnos``, where
-        ``status`` says :data:`~turbofeed.decode.native.READ_ERRNO`) or whose shard changed."""
-        i = int(np.flatnonzero(status >= native.READ_CHANGED)[0])
-        ref = self.ranges.ref(int(files.source[i]))
-        code, offset, size = int(status[i]), int(files.offsets[i]), int(files.sizes[i])
+    def storage_error(self, status: np.ndarray, errnos: np.ndarray, gids: np.ndarray) -> StorageError:
+        """The error of the chunk's first sample (``gids[i]``) whose read failed
+        (``errnos[i]``, where ``status[i]`` says :data:`~turbofeed.decode.native.READ_ERRNO`)
+        or whose shard changed."""
+        i = int(np.flatnonzero((status >= native.READ_CHANGED) & (status <= native.READ_SHORT))[0])
+        gid = int(gids[i])
+        ranges = self.ranges
+        ref = ranges.ref(int(ranges.source[gid]))
+        code, offset, size = int(status[i]), int(ranges.offsets[gid]), int(ranges.sizes[gid])
         if code == native.READ_CHANGED:
             return StorageError(ref.path, what_changed(ref))
         if code == native.READ_ERRNO:
@@ -205,35 +226,89 @@ class ChunkedCpuDecode(FusedCpuDecode):
         self.program = work.transform.program
         self.epoch_key = epoch_key(work.seed, work.epoch)
         spec = work.transform.output
-        self.offset = None if spec is None else spec.offset
-        self.factor = None if spec is None else spec.factor
+        self.options = ChunkOptions(channels_first=channels_first, max_pixels=work.max_pixels,
+                                    offset=None if spec is None else spec.offset,
+                                    factor=None if spec is None else spec.factor)
+        # What the one native call per chunk reads (fill_chunk): the order (a rank's
+        # strided view copied once a pass) and the dataset's arrays by sample id, views
+        # kept current; None where descriptors may be let go or the order is lazy.
+        self.table: tuple[np.ndarray, ...] | None = None
+        self.order = np.empty(0, np.int64)
+        ranges = self.reader.ranges
+        if ranges.keeps_open and isinstance(plan.order, np.ndarray):
+            self.order = np.ascontiguousarray(plan.order, np.int64)
+            self.table = (*ranges.arrays(), self.reader.checked.view(np.uint8),
+                          np.ascontiguousarray(self.labels, np.int64))
 
     def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
         """Fill positions ``start .. stop - 1`` of ``job``; returns the positions left
         for the per-sample path (every other one is filled: slot row, label, ``job.ids``).
+
+        The usual chunk is one native call that also does its bookkeeping
+        (:func:`~turbofeed.decode.native.run_chunk_at`: a fixed number of Python
+        operations, whatever the chunk's size); with samples known bad in this pass, or
+        where descriptors may be let go or the order is computed lazily, the chunk's ids
+        and reads are selected here first (:meth:`fill_rows`).
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+        """
+        reader = self.reader
+        if self.table is None or reader.policy.any_bad():
+            js, gids, left = reader.select(job, start, stop)
+            return sorted(left + self.fill_rows(job, js, gids))
+        started = time.perf_counter()
+        at = job.positions[start:stop]
+        slot: Slot = job.slot
+        codes, reading, nbytes = native.run_chunk_at(self.order, at.start, at.step, len(at), start, self.table,
+                                                     self.program, self.epoch_key, slot.images, slot.labels,
+                                                     job.ids, **self.options)
+        left = [] if codes is None else self.failures(job, start, at, codes[:, 0], codes[:, 1])
+        self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, nbytes)
+        return left
+
+    def failures(self, job: Job, start: int, at: range, status: np.ndarray, errnos: np.ndarray) -> list[int]:
+        """After :meth:`fill_chunk`'s native call: raise its storage fault, or run its
+        rows whose shard was not open yet again through :meth:`fill_rows` (which opens
+        it); the positions left for the per-sample path."""
+        gids = self.order[at.start:at.stop:at.step]
+        if ((status >= native.READ_CHANGED) & (status <= native.READ_SHORT)).any():
+            raise self.reader.storage_error(status, errnos, gids)
+        if (status == native.RUN_NOMEM).any():
+            raise MemoryError("turbofeed: out of memory decoding a chunk")
+        rows = np.flatnonzero(status == native.RUN_UNOPENED)
+        left = (start + np.flatnonzero(status == native.RUN_GENERAL)).tolist()
+        if len(rows):
+            left += self.fill_rows(job, start + rows, np.ascontiguousarray(gids[rows], np.int64))
+        return sorted(left)
+
+    def fill_rows(self, job: Job, js: np.ndarray, gids: np.ndarray) -> list[int]:
+        """Fill positions ``js`` of ``job`` with samples ``gids`` (each readable by range):
+        their reads selected here (:meth:`SampleRanges.files
+        <turbofeed.io.local.ranges.SampleRanges.files>`, opening shards), then one native
+        call, then labels, ids and checked flags set; returns the positions of ``js``
+        left for the per-sample path.
 
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
         started = time.perf_counter()
         reader = self.reader
-        js, gids, left = reader.select(job, start, stop)
         files = reader.ranges.files(gids)
         slot: Slot = job.slot
         codes, reading = native.run_chunk(files.fds, files.offsets, files.sizes, files.stamps, gids,
                                           ~reader.checked[gids], js, self.program, self.epoch_key, slot.images,
-                                          channels_first=self.channels_first, offset=self.offset,
-                                          factor=self.factor, max_pixels=self.work.max_pixels)
+                                          **self.options)
         del files.held[:]  # reads done: the descriptors may be let go
         status = codes[:, 0]
-        failed = status.any()  # the usual chunk: every sample decoded, nothing more to ask
-        if failed:
-            if (status >= native.READ_CHANGED).any():
-                raise reader.storage_error(status, codes[:, 1], files)
+        left: list[int] = []
+        if status.any():
+            if ((status >= native.READ_CHANGED) & (status <= native.READ_SHORT)).any():
+                raise reader.storage_error(status, codes[:, 1], gids)
             if (status == native.RUN_NOMEM).any():
                 raise MemoryError("turbofeed: out of memory decoding a chunk")
             done = status == native.RUN_OK
-            left = sorted(left + js[~done].tolist())
+            left = js[~done].tolist()
             js, gids = js[done], gids[done]
         slot.labels[js] = self.labels[gids]
         job.ids[js] = gids

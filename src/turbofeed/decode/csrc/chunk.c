@@ -158,3 +158,58 @@ long long tf_chunk_run(JpegWindow *j, size_t n, const int32_t *fds, const int64_
     if (waiting > 0) wait_ns(waiting);
     return reading;
 }
+
+long long tf_chunk_run_at(JpegWindow *j, size_t n, const ChunkPlan *p, const double *prog, uint64_t epoch_key,
+                          unsigned char *out, size_t row_bytes, const Target *base, long long max_pixels,
+                          long long emulate_ns, int32_t *status, int64_t *nbytes) {
+    /* the rows taken, gathered into the arrays tf_chunk_run reads: one allocation, the
+     * int64 arrays first (8 per row), then the int32 (3 per row), then the flags */
+    const size_t m = n ? n : 1;
+    unsigned char *block = calloc(m, 8 * sizeof(int64_t) + 3 * sizeof(int32_t) + 1);
+    if (!block) return -1;
+    int64_t *offsets = (int64_t *)block, *sizes = offsets + m, *stamps = sizes + m, *gids = stamps + 3 * m,
+            *rows = gids + m, *taken = rows + m;
+    int32_t *fds = (int32_t *)(taken + m), *codes = fds + m; /* codes: 2 per taken row */
+    uint8_t *checks = (uint8_t *)(codes + 2 * m);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t gid = p->order[p->first + (int64_t)i * p->step];
+        int32_t *st = status + 2 * i;
+        st[1] = 0;
+        if (!p->readable[gid]) {
+            st[0] = TF_RUN_GENERAL;
+            continue;
+        }
+        const int32_t src = p->source[gid];
+        const int32_t fd = p->fds[src];
+        if (fd < 0) {
+            st[0] = TF_RUN_UNOPENED;
+            continue;
+        }
+        fds[k] = fd;
+        offsets[k] = p->offsets[gid];
+        sizes[k] = p->sizes[gid];
+        memcpy(stamps + 3 * k, p->stamps + 3 * (int64_t)src, 3 * sizeof(int64_t));
+        gids[k] = gid;
+        checks[k] = !p->checked[gid];
+        rows[k] = p->row0 + (int64_t)i;
+        taken[k] = (int64_t)i;
+        k++;
+    }
+    const long long reading = tf_chunk_run(j, k, fds, offsets, sizes, stamps, gids, checks, rows, prog, epoch_key,
+                                           out, row_bytes, base, max_pixels, emulate_ns, codes);
+    int64_t read = 0;
+    for (size_t t = 0; reading >= 0 && t < k; t++) {
+        int32_t *st = status + 2 * taken[t];
+        st[0] = codes[2 * t];
+        st[1] = codes[2 * t + 1];
+        if (st[0] < TF_READ_CHANGED) read += sizes[t]; /* read whole, decoded or not */
+        if (st[0] != TF_RUN_OK) continue;
+        p->labels_out[rows[t]] = p->labels[gids[t]];
+        p->ids_out[rows[t]] = gids[t];
+        p->checked[gids[t]] = 1;
+    }
+    free(block);
+    *nbytes = read;
+    return reading;
+}

@@ -52,6 +52,40 @@ long long tf_chunk_run(JpegWindow *j, size_t n, const int32_t *fds, const int64_
                        const double *prog, uint64_t epoch_key, unsigned char *out, size_t row_bytes,
                        const Target *base, long long max_pixels, long long emulate_ns, int32_t *status);
 
+/* What tf_chunk_run_at says of a sample whose shard has no descriptor yet: the caller
+ * opens it and runs the sample again (turbofeed/io/local/ranges.py opens on first use). */
+enum { TF_RUN_UNOPENED = 6 };
+
+/* Where a chunk's samples come from and where their results go: the pass's plan and the
+ * dataset's arrays by sample id, so that the chunk's bookkeeping (ids from the order, the
+ * reads' descriptors, offsets, sizes and stamps, the checked flags, the labels) is done
+ * here too and Python runs once per chunk, a fixed number of operations
+ * (turbofeed/engine/chunks.py). Row i of the chunk is sample order[first + i * step] and
+ * goes to row row0 + i of the batch. The ids (by sample id) index readable, source,
+ * offsets, sizes, checked and labels (num_ids entries); source indexes fds and stamps
+ * (3 per source; num_sources entries). */
+typedef struct {
+    const int64_t *order;
+    int64_t first, step, row0;
+    int64_t num_ids, num_sources;
+    const uint8_t *readable; /* the sample's image is a byte range of a local file */
+    const int32_t *source;
+    const int32_t *fds; /* -1: not open yet (TF_RUN_UNOPENED) */
+    const int64_t *offsets, *sizes, *stamps;
+    uint8_t *checked; /* set to 1 once decoded with its whole scan checked, or checked before */
+    const int64_t *labels;
+    int64_t *labels_out, *ids_out; /* the batch's, by row: written for the rows decoded */
+} ChunkPlan;
+
+/* tf_chunk_run for the n rows of p, gathered here: rows not readable are
+ * TF_RUN_GENERAL, rows whose shard is not open TF_RUN_UNOPENED, untouched; a decoded
+ * row gets its label and id, and its sample is marked checked (a flag only ever set, by
+ * any thread: the same value whoever writes it). *nbytes is the encoded bytes read.
+ * Returns the nanoseconds spent reading, or -1 without memory. */
+long long tf_chunk_run_at(JpegWindow *j, size_t n, const ChunkPlan *p, const double *prog, uint64_t epoch_key,
+                          unsigned char *out, size_t row_bytes, const Target *base, long long max_pixels,
+                          long long emulate_ns, int32_t *status, int64_t *nbytes);
+
 /* The dataset index's scan checks (turbofeed/io/dsindex/parts.py), what tf_scan_checks
  * says of an image: not checked (not a JPEG, over max_pixels, the file ends before its
  * end), its whole scan intact (tf_jpeg_check: what a loader's first check would say), or

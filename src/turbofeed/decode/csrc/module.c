@@ -315,6 +315,8 @@ static PyMethodDef methods[] = {
      tf_read_chunk_doc},
     {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
     {"run_chunk", (PyCFunction)(void (*)(void))tf_py_run_chunk, METH_VARARGS | METH_KEYWORDS, tf_run_chunk_doc},
+    {"run_chunk_at", (PyCFunction)(void (*)(void))tf_py_run_chunk_at, METH_VARARGS | METH_KEYWORDS,
+     tf_run_chunk_at_doc},
     {"scan_checks", (PyCFunction)(void (*)(void))tf_py_scan_checks, METH_VARARGS | METH_KEYWORDS,
      tf_scan_checks_doc},
     {"tar_walk", tf_py_tar_walk, METH_VARARGS, tf_tar_walk_doc},

@@ -229,3 +229,114 @@ PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     return Py_BuildValue("(NL)", codes, reading);
 }
+
+const char tf_run_chunk_at_doc[] =
+    "run_chunk_at(order, first, step, n, row0, table, program, epoch_key, out, out_h, out_w, labels_out,\n"
+    "             ids_out, channels_first=True, offset=None, factor=None, max_pixels=0, emulate_ns=0)\n"
+    "    -> (bytes, int, int)\n"
+    "--\n\n"
+    "run_chunk with the chunk's bookkeeping done natively too: row i is sample\n"
+    "order[first + i * step] (int64), decoded into row row0 + i of out. table holds the\n"
+    "dataset's arrays by sample id and by source: (readable uint8, source int32, fds int32\n"
+    "by source, offsets int64, sizes int64, stamps int64 3 by source, checked uint8, labels\n"
+    "int64). A decoded row's label and id go to labels_out[row0 + i] and ids_out[row0 + i]\n"
+    "and its checked flag is set. Returns (int32 (code, errno) pairs as bytes, or None where\n"
+    "every row was decoded; nanoseconds reading; bytes read): the codes of run_chunk, and 6\n"
+    "where the sample's shard is not open (fds -1): untouched, for the caller to open and\n"
+    "run again.";
+
+PyObject *tf_py_run_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"order", "first", "step", "n", "row0", "table", "program", "epoch_key", "out", "out_h",
+                             "out_w", "labels_out", "ids_out", "channels_first", "offset", "factor", "max_pixels",
+                             "emulate_ns", NULL};
+    enum { ORDER, READABLE, SOURCE, FDS, OFFSETS, SIZES, STAMPS, CHECKED, LABELS, PROGRAM, LABELS_OUT, IDS_OUT, K };
+    PyObject *objs[K], *table, *out_obj, *offset_obj = Py_None, *factor_obj = Py_None;
+    long long first, step, count, row0, max_pixels = 0, emulate_ns = 0;
+    unsigned long long key;
+    int out_h, out_w, chw = 1;
+    float offset[3], factor[3];
+    Py_buffer v[K], out;
+    Target t;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLLLLOOKOiiOO|pOOLL:run_chunk_at", kwlist, &objs[ORDER], &first,
+                                     &step, &count, &row0, &table, &objs[PROGRAM], &key, &out_obj, &out_h, &out_w,
+                                     &objs[LABELS_OUT], &objs[IDS_OUT], &chw, &offset_obj, &factor_obj, &max_pixels,
+                                     &emulate_ns))
+        return NULL;
+    if (!PyTuple_Check(table) || PyTuple_Size(table) != 8) {
+        PyErr_SetString(PyExc_ValueError, "table must be a tuple of 8 arrays");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < 8; i++) objs[READABLE + i] = PyTuple_GetItem(table, i);
+    static const char *names[] = {"order", "readable", "source", "fds", "offsets", "sizes", "stamps", "checked",
+                                  "labels", "program", "labels_out", "ids_out"};
+    const Py_ssize_t any[K] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if (typed_all(objs, names, "qBiiqqqBqdqq", any, K, v) < 0) return NULL;
+    const Py_ssize_t num_ids = v[READABLE].len, num_sources = v[FDS].len / 4, nrows = v[LABELS_OUT].len / 8;
+    const char *wrong = NULL;
+    if (v[SOURCE].len / 4 != num_ids || v[OFFSETS].len / 8 != num_ids || v[SIZES].len / 8 != num_ids ||
+        v[CHECKED].len != num_ids || v[LABELS].len / 8 != num_ids || v[STAMPS].len / 8 != 3 * num_sources)
+        wrong = "the table's arrays disagree in length";
+    else if (v[CHECKED].readonly || v[LABELS_OUT].readonly || v[IDS_OUT].readonly)
+        wrong = "checked, labels_out and ids_out must be writable";
+    else if (count < 0 || row0 < 0 || row0 + count > nrows || row0 + count > v[IDS_OUT].len / 8)
+        wrong = "the chunk's rows are outside labels_out or ids_out";
+    else if (count > 0 && (first < 0 || first >= v[ORDER].len / 8 || first + (count - 1) * step < 0 ||
+                           first + (count - 1) * step >= v[ORDER].len / 8))
+        wrong = "the chunk's positions are outside the order";
+    else if (tf_program_check(v[PROGRAM].buf, (size_t)(v[PROGRAM].len / 8)) < 0)
+        wrong = "malformed window program (turbofeed.transforms.program)";
+    const int64_t *order = v[ORDER].buf, *sizes = v[SIZES].buf;
+    const int32_t *source = v[SOURCE].buf;
+    for (long long i = 0; !wrong && i < count; i++) {
+        const int64_t gid = order[first + i * step];
+        if (gid < 0 || gid >= num_ids || source[gid] < 0 || source[gid] >= num_sources || sizes[gid] < 0)
+            wrong = "a sample id of the order, or its source or size, is out of range";
+    }
+    if (wrong) {
+        release_all(v, K);
+        PyErr_SetString(PyExc_ValueError, wrong);
+        return NULL;
+    }
+    if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
+        release_all(v, K);
+        return NULL;
+    }
+    const int normalise = offset_obj != Py_None || factor_obj != Py_None;
+    const size_t row_bytes = (size_t)3 * out_h * out_w * (normalise ? 4 : 1);
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, count * 8);
+    if (!codes) {
+        release_all(v, K);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    ChunkPlan p = {order, first, step, row0, num_ids, num_sources, v[READABLE].buf, source, v[FDS].buf,
+                   v[OFFSETS].buf, sizes, v[STAMPS].buf, v[CHECKED].buf, v[LABELS].buf, v[LABELS_OUT].buf,
+                   v[IDS_OUT].buf};
+    int32_t *status = (int32_t *)PyBytes_AsString(codes);
+    long long reading = -1;
+    int64_t nbytes = 0;
+    Py_BEGIN_ALLOW_THREADS
+    JpegWindow *j = tf_thread_state();
+    if (j) {
+        reading = tf_chunk_run_at(j, (size_t)count, &p, v[PROGRAM].buf, (uint64_t)key, out.buf, row_bytes, &t,
+                                  max_pixels, emulate_ns, status, &nbytes);
+        tf_scratch_trim(tf_jpeg_scratch(j));
+        tf_thread_state_put(j);
+    }
+    Py_END_ALLOW_THREADS
+    release_all(v, K);
+    PyBuffer_Release(&out);
+    if (reading < 0) {
+        Py_DECREF(codes);
+        return PyErr_NoMemory();
+    }
+    long long failed = 0;
+    for (long long i = 0; i < count; i++) failed += status[2 * i] != TF_RUN_OK;
+    if (!failed) { /* the usual chunk: nothing for the caller to look at (and no array to make) */
+        Py_DECREF(codes);
+        Py_INCREF(Py_None);
+        codes = Py_None;
+    }
+    return Py_BuildValue("(NLL)", codes, reading, (long long)nbytes);
+}

@@ -4,9 +4,10 @@
 
 #include <Python.h>
 
-extern const char tf_read_chunk_doc[], tf_windows_doc[], tf_run_chunk_doc[];
+extern const char tf_read_chunk_doc[], tf_windows_doc[], tf_run_chunk_doc[], tf_run_chunk_at_doc[];
 PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *tf_py_windows(PyObject *self, PyObject *args);
 PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *tf_py_run_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs);
 
 #endif

@@ -88,6 +88,22 @@ class SampleRanges:
         self._keeps_all = len(sources) <= self._max_open  # every file stays open once opened
         self._lock = threading.Lock()
 
+    @property
+    def keeps_open(self) -> bool:
+        """Every descriptor stays open once opened (no more sources than ``max_open``): a
+        reader may then take :meth:`arrays`' descriptors without a hold or a lock."""
+        return self._keeps_all
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """``(readable, source, fds, offsets, sizes, stamps)`` as a native chunk call reads
+        them (:func:`turbofeed.decode.native.run_chunk_at`): ``readable`` as uint8, by
+        sample id; ``fds`` (-1: not open yet) and ``stamps`` by source. Views, not
+        copies: a descriptor opened later shows in ``fds``. Only where :attr:`keeps_open`
+        (else a descriptor could be closed, and its number reused, under a reader)."""
+        if not self._keeps_all:
+            raise RuntimeError("SampleRanges.arrays: some descriptors may be let go; read through files()")
+        return self.readable.view(np.uint8), self.source, self._fds, self.offsets, self.sizes, self.stamps
+
     def files(self, gids: np.ndarray) -> ChunkFiles:
         """The reads of samples ``gids`` (each ``readable``).
 
