@@ -289,6 +289,7 @@ def prepare_cost(shards: list[str], limit: int, repeats: int, *, per_sample: boo
     import numpy as np
 
     from turbofeed.decode import gpu
+    from turbofeed.decode.gpu_failures import DecoderFailures
 
     datas: list[bytes] = []
     with tarfile.open(shards[0]) as tar:
@@ -299,6 +300,7 @@ def prepare_cost(shards: list[str], limit: int, repeats: int, *, per_sample: boo
     if not per_sample and hasattr(gpu.GpuDecoder, "decode_tensors"):
         decoder = gpu.GpuDecoder.__new__(gpu.GpuDecoder)  # no CUDA here: the Python around nvJPEG only
         decoder.backend, decoder.device = "torchvision", torch.device("cpu")
+        decoder.failures = DecoderFailures()  # what __init__ sets, without a device
         fake = types.ModuleType("torchvision.io")
         fake.ImageReadMode = types.SimpleNamespace(RGB=None)  # type: ignore[attr-defined]
         fake.decode_jpeg = lambda part, **kw: part  # type: ignore[attr-defined]
