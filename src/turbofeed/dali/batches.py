@@ -14,7 +14,6 @@ This module does not import DALI: the callable returns lists of NumPy arrays.
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -26,6 +25,8 @@ from ..base.executor import Executor
 from ..base.ranks import check_pair, detect
 from ..decode.field_specs import FieldSpec
 from ..engine.choose import Source
+from ..engine.policy import PassPolicy
+from ..engine.stream import fill_position
 from ..errors import DatasetError, SampleError
 from ..io import pick_member
 from ..plan import EpochPlan, make_epoch_plan
@@ -107,7 +108,8 @@ class DatasetBatches:
         self.fields = list(fields) if fields is not None else None
         self.return_keys = return_keys
         self.threads = threads
-        self._plan: tuple[int, EpochPlan] | None = None  # the epoch asked for last, and its plan
+        # the epoch asked for last, its plan and its pass's policy (samples found bad in it)
+        self._plan: tuple[int, EpochPlan, PassPolicy] | None = None
         self._pool: list[Executor | None] = [None]  # started at the first batch of more than one read
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_pool, self._pool)
@@ -129,7 +131,7 @@ class DatasetBatches:
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.shard_id, world_size=self.num_shards,
                                drop_last=self.drop_last)
-        self._plan = (epoch, plan)
+        self._plan = (epoch, plan, self.source.policy.for_pass())
         return plan
 
     def __len__(self) -> int:
@@ -144,14 +146,14 @@ class DatasetBatches:
         """
         with self._lock:  # one plan at a time; DALI calls from one thread anyway
             plan = self.plan(int(info.epoch_idx))
+            assert self._plan is not None  # plan() kept it, with its pass's policy
+            policy = self._plan[2]
         index = int(info.iteration)
         if index >= len(plan):
             raise StopIteration
         positions = list(plan.batch_positions(index))
-        samples = self._run(plan, positions)
-        kept = [s for s in samples if s is not None]
-        if self.source.policy.mode == "skip" and len(kept) < len(samples):
-            self.source.stats.count("skipped", len(samples) - len(kept))
+        samples = self._run(plan, policy, positions)
+        kept = [s for s in samples if s is not None]  # the policy counted those skipped
         if not kept:  # DALI cannot take an empty batch; every sample of it was bad and skipped
             raise DatasetError(f"batch {index} of epoch {info.epoch_idx} (shard {self.shard_id}): every sample "
                                f"is bad and on_error='skip' dropped them all")
@@ -159,9 +161,10 @@ class DatasetBatches:
         self.source.stats.count("samples", len(kept))
         return tuple(list(column) for column in zip(*kept))
 
-    def _run(self, plan: EpochPlan, positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
+    def _run(self, plan: EpochPlan, policy: PassPolicy,
+             positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
         if self.threads == 1 or len(positions) == 1:
-            return [self._sample(plan, p) for p in positions]
+            return [self._sample(plan, policy, p) for p in positions]
         pool = self._pool[0]
         if pool is None:
             pool = self._pool[0] = Executor(self.threads, "dali-fetch")
@@ -169,30 +172,17 @@ class DatasetBatches:
         chunks = [positions[i:i + step] for i in range(0, len(positions), step)]
         # a weak reference: an idle pool thread keeps its last task alive, and a task holding
         # ``self`` would keep this object (and so its threads) alive after DALI dropped it
-        task = functools.partial(_read_chunk, weakref.ref(self), plan)
+        task = functools.partial(_read_chunk, weakref.ref(self), plan, policy)
         return [s for chunk in pool.run_all(task, chunks) for s in chunk]
 
-    def _sample(self, plan: EpochPlan, position: int) -> tuple[np.ndarray, ...] | None:
-        """The outputs of the sample at ``position``, or of its replacement; None when skipped."""
-        policy = self.source.policy
-        n = len(plan.order)
-        # lazily: the replacement positions are the rest of the order, looked at only past a bad sample
-        for q in itertools.chain((position,), plan.replacement_positions(position)):
-            gid = int(plan.order[q % n])
-            try:
-                out = self._read(gid)
-            except SampleError as err:
-                policy.record(err)
-                if policy.mode == "raise":
-                    raise
-                if policy.mode == "skip":
-                    return None
-                continue
-            if q != position:
-                self.source.stats.count("replaced")
-            return out
-        raise DatasetError(f"every sample of shard {self.shard_id}'s order is bad (on_error='replace' "
-                           f"found nothing to put in its place)")
+    def _sample(self, plan: EpochPlan, policy: PassPolicy, position: int) -> tuple[np.ndarray, ...] | None:
+        """The outputs of the sample at ``position``, or of its replacement; None when
+        skipped: the bad-sample policy of the DataLoader's passes
+        (:func:`~turbofeed.engine.stream.fill_position`), each epoch one pass (a sample
+        found bad is not read again in it)."""
+        read: list[tuple[np.ndarray, ...]] = []
+        gid = fill_position(plan, position, lambda g: read.append(self._read(g)), policy)
+        return None if gid is None else read[-1]
 
     def _read(self, gid: int) -> tuple[np.ndarray, ...]:
         """The outputs of sample ``gid``.
@@ -230,12 +220,12 @@ class DatasetBatches:
         self.dataset.close()
 
 
-def _read_chunk(ref: weakref.ref[DatasetBatches], plan: EpochPlan,
+def _read_chunk(ref: weakref.ref[DatasetBatches], plan: EpochPlan, policy: PassPolicy,
                 positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
     batches = ref()
     if batches is None:  # cannot happen while the caller waits on run_all: it holds the object
         raise RuntimeError("turbofeed.dali: the reader was dropped while a batch was being read")
-    return [batches._sample(plan, p) for p in positions]
+    return [batches._sample(plan, policy, p) for p in positions]
 
 
 def _close_pool(holder: list[Executor | None]) -> None:

@@ -19,11 +19,12 @@ from ..datasets import Dataset as DatasetSpec, Mix, data_args
 from ..decode import decode
 from ..decode.field_specs import FieldOptions
 from ..decode.orientation import orientation, upright
-from ..engine.choose import Source, decode_stage, open_gpu_decoder
+from ..engine.build import PassOptions, build_pass
+from ..engine.choose import Source, open_gpu_decoder
 from ..engine.run import BatchStage, Engine
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors
-from ..engine.work import Decoded, SampleWork
+from ..engine.work import Decoded
 from ..io import Dataset, PathSpec, S3Config
 from ..plan import make_epoch_plan
 from ..transforms import Compose, hwc_pixels
@@ -263,10 +264,6 @@ class Pipeline:
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=_CHUNK, seed=self.seed,
                                epoch=self.epoch, shuffle=self.shuffle, rank=self.rank,
                                world_size=self.world_size)
-        image_field = None if self.fields is None else self.fields.image()
-        work = SampleWork(self.dataset, self.transform, self.stats, seed=self.seed, epoch=self.epoch,
-                          image_exts=None if image_field is None else image_field.exts,
-                          orient=self.apply_exif_orientation)
         policy = self._policy.for_pass()
         # The stages run on the worker threads: they must not hold ``self``, or the
         # threads would keep a dropped Pipeline (and themselves) alive.
@@ -285,9 +282,10 @@ class Pipeline:
             sample.data, sample.orient = data, orient
             return sample
 
-        decode = decode_stage(work, plan, policy, batch_size=_CHUNK, decoder=self.decoder, shape=with_pixels,
-                              fetch_only=None if self.decode_jpeg else with_bytes, fields=self.fields,
-                              user_errors=self.user_errors)
+        options = PassOptions(self.dataset, self.stats, _CHUNK, self.num_workers, prefetch=self.prefetch,
+                              seed=self.seed, transform=self.transform, fields=self.fields, orient=orient,
+                              user_errors=self.user_errors, decoder=self.decoder, shape=with_pixels,
+                              fetch_only=None if self.decode_jpeg else with_bytes)
         then = []
         if self.decoder is not None or self.fields is not None:
             gpu, has_fields = self.decoder is not None, self.fields is not None
@@ -308,7 +306,7 @@ class Pipeline:
                     sample.fields = found
                 return out
             then.append(BatchStage(StageInfo("samples", "batch", ("samples", "batches")), samples))
-        self._engine = Engine(plan, decode, policy, then=then, num_workers=self.num_workers, prefetch=self.prefetch)
+        self._engine = build_pass(options, plan, policy, epoch=self.epoch, then=then)
         # Dropped without stop() (or collected): the threads stop with it.
         self._finalizer = weakref.finalize(self, self._engine.close)
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..base.stageinfo import StageInfo
-from ..engine.choose import decode_stage
-from ..engine.layout import fetch_stage
-from ..engine.run import BatchStage, Engine
+from ..engine.build import PassOptions, build_pass
+from ..engine.run import BatchStage
 from ..engine.slots import Slot
 from ..engine.stages import HostBatch, chw_with_label
 from ..engine.stream import Job
 from ..engine.usercode import call_on_batch, name_of
-from ..engine.work import SampleWork
 from .collate import collate, field_batch
 from .device import CudaDelivery, apply_output
 
@@ -57,55 +56,18 @@ class _LoaderIterator:
         self.done = False  # finished, closed or failed: nothing more will come
         self.superseded = False
         self.delivered = 0  # batches of this pass handed out
-        transform = loader.transform
-        fixed = transform is not None and transform.size is not None  # batches fill preallocated slots
-        gpu_decoder = loader._gpu_decoder if fixed else None  # only made for a fixed size anyway
-        # aspect-ratio buckets sized by BucketResize: slots too, one size per bucket
-        bucket_pool = None if fixed or loader.buckets is None else loader.buckets.slot_pool(
-            transform, batch_size=loader.batch_size, pinned=loader._pinned, capacity=loader.prefetch + 2)
-        slotted = fixed or bucket_pool is not None
-        # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
-        self.device_output = transform.output if (slotted and transform is not None and loader.device is not None
-                                                  and gpu_decoder is None) else None
-        worker_transform = transform
-        if transform is not None and self.device_output is not None:
-            worker_transform = transform.without_output()
         plan = loader._plan(epoch, start)
         self.batches = len(plan)
         policy = loader._policy.for_pass()  # shared by this pass's threads and batch stages
-        callables = transform.callables if transform is not None else []
-        if callables:  # the workers decode the fused part; the callables run after it
-            worker_transform = transform.fused() if transform is not None else None
-        image_field = None if loader.fields is None else loader.fields.image()
-        work = SampleWork(loader.dataset, worker_transform, loader.stats, seed=loader.seed, epoch=epoch,
-                          image_exts=None if image_field is None else image_field.exts,
-                          orient=loader.apply_exif_orientation)
-        decode = decode_stage(work, plan, policy, batch_size=loader.batch_size, decoder=gpu_decoder,
-                              hybrid=loader._hybrid if gpu_decoder is not None else None,
-                              pool=loader._slot_pool if fixed else bucket_pool, channels_last=loader.channels_last,
-                              shape=chw_with_label, callables=callables, fields=loader.fields,
-                              user_errors=loader.user_errors, num_workers=loader.num_threads)
-        # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
-        spec = worker_transform.output if slotted and worker_transform is not None else None
-        on_gpu = loader.device is not None and loader.device.type == "cuda" and gpu_decoder is None
-        # bucketed batches of one shape from the per-sample decode (uint8): normalised once stacked
-        bucketed = loader.buckets is not None and not slotted and not callables and transform is not None
-        self.deliver = Deliver(CudaDelivery(loader.device) if on_gpu else None,
-                               transform.output if bucketed and transform is not None else self.device_output,
-                               None if spec is None or spec.torch_dtype == spec.dtype.name
-                               else getattr(torch, spec.torch_dtype), loader.channels_last,
-                               stack=bool(callables) or loader.buckets is not None, device=loader.device)
-        deliver_images: Callable[[Job, Any], Any] = self.deliver if gpu_decoder is None else _on_device
-        if loader.fields is not None:
-            deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)
-        then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")), deliver_images)]
-        if loader.torch_args.collate_pairs is not None:  # torch's collate_fn, over (image, label) pairs
-            then.append(BatchStage(StageInfo("collate_fn", "batch"), _PairsCollate(loader.torch_args.collate_pairs)))
-        if loader.batch_transform is not None:
-            then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
-        self.engine = Engine(plan, decode, policy, then=then, num_workers=loader.num_threads,
-                             prefetch=loader.prefetch, timeout=loader.torch_args.timeout,
-                             fetch=fetch_stage(loader.dataset, plan, loader.stream_layout, loader.prefetch))
+        options = pass_options(loader)
+        # On a GPU the uint8 batch crosses PCIe and is normalised there (4x fewer bytes).
+        transform = loader.transform
+        self.device_output = transform.output if transform is not None and device_normalises(loader, options) \
+            else None
+        if self.device_output is not None and options.transform is not None and not options.callables:
+            options = replace(options, transform=options.transform.without_output())
+        self.deliver = host_delivery(loader, options, self.device_output)
+        self.engine = build_pass(options, plan, policy, epoch=epoch, then=batch_stages(loader, options, self.deliver))
 
     def __iter__(self) -> "_LoaderIterator":
         return self
@@ -176,6 +138,65 @@ class _LoaderIterator:
         engine = getattr(self, "engine", None)  # absent if __init__ failed
         if engine is not None:
             engine.close()
+
+
+def pass_options(loader: DataLoader) -> PassOptions:
+    """The loader's options for its next pass (:func:`turbofeed.engine.build.build_pass`):
+    batches fill preallocated slots where the transform has one output size (or
+    aspect-ratio buckets sized by ``BucketResize``, one size per bucket); the GPU decoder
+    only for those; the user's callables after the fused decode on the workers."""
+    transform = loader.transform
+    fixed = transform is not None and transform.size is not None
+    decoder = loader._gpu_decoder if fixed else None  # only made for a fixed size anyway
+    pool: Callable[..., Any] | None = loader._slot_pool if fixed else None
+    if not fixed and loader.buckets is not None:
+        pool = loader.buckets.slot_pool(transform, batch_size=loader.batch_size, pinned=loader._pinned,
+                                        capacity=loader.prefetch + 2)
+    callables = transform.callables if transform is not None else []
+    return PassOptions(
+        loader.dataset, loader.stats, loader.batch_size, loader.num_threads, prefetch=loader.prefetch,
+        seed=loader.seed, transform=transform.fused() if callables and transform is not None else transform,
+        fields=loader.fields, orient=loader.apply_exif_orientation, user_errors=loader.user_errors,
+        channels_last=loader.channels_last, timeout=loader.torch_args.timeout, layout=loader.stream_layout,
+        decoder=decoder, hybrid=loader._hybrid if decoder is not None else None, pool=pool,
+        shape=chw_with_label, callables=callables)
+
+
+def device_normalises(loader: DataLoader, options: PassOptions) -> bool:
+    """Whether the pass's slots go to the GPU as uint8 and are normalised there: slotted
+    batches, a device, and no GPU decode (which normalises on the device itself)."""
+    return options.pool is not None and loader.transform is not None and loader.device is not None \
+        and options.decoder is None
+
+
+def host_delivery(loader: DataLoader, options: PassOptions, device_output: Any) -> Deliver:
+    """The pass's ``deliver`` stage for host batches (:class:`Deliver`)."""
+    transform = loader.transform
+    # bfloat16 output: host slots hold float32 (NumPy has no bfloat16), cast on delivery
+    spec = options.transform.output if options.pool is not None and options.transform is not None else None
+    on_gpu = loader.device is not None and loader.device.type == "cuda" and options.decoder is None
+    # bucketed batches of one shape from the per-sample decode (uint8): normalised once stacked
+    bucketed = loader.buckets is not None and options.pool is None and not options.callables \
+        and transform is not None
+    return Deliver(CudaDelivery(loader.device) if on_gpu else None,
+                   transform.output if bucketed and transform is not None else device_output,
+                   None if spec is None or spec.torch_dtype == spec.dtype.name else getattr(torch, spec.torch_dtype),
+                   loader.channels_last, stack=bool(options.callables) or loader.buckets is not None,
+                   device=loader.device)
+
+
+def batch_stages(loader: DataLoader, options: PassOptions, deliver: Deliver) -> list[BatchStage]:
+    """The loader's batch stages after the decode: ``deliver`` (tensors, a GPU copy; with
+    ``fields=``, dict batches), then torch's ``collate_fn`` and ``batch_transform``."""
+    deliver_images: Callable[[Job, Any], Any] = deliver if options.decoder is None else _on_device
+    if loader.fields is not None:
+        deliver_images = _FieldsDeliver(deliver_images, loader.fields.names(), loader.dataset, loader.collate)
+    then = [BatchStage(StageInfo("deliver", "batch", ("samples", "batches")), deliver_images)]
+    if loader.torch_args.collate_pairs is not None:  # torch's collate_fn, over (image, label) pairs
+        then.append(BatchStage(StageInfo("collate_fn", "batch"), _PairsCollate(loader.torch_args.collate_pairs)))
+    if loader.batch_transform is not None:
+        then.append(BatchStage(StageInfo("batch_transform", "batch"), _BatchTransform(loader.batch_transform)))
+    return then
 
 
 def _on_device(job: Job, value: tuple[Any, Any]) -> tuple[Any, Any]:
