@@ -25,6 +25,7 @@ FAST_EXPRESSION = "not slow and not subprocess and not gpu and not packaging"
 
 TIERS: dict[str, tuple[str, ...]] = {
     "slow": (  # over 0.3 s in the full run, over 0.2 s in the fast one: docs/testing.md
+        "tests/repo/test_bench_smoke.py",
         "tests/engine/test_chunks.py::test_packs_go_to_decode_tensors_in_one_call_per_batch_with_the_per_sample_batches",
         "tests/engine/test_chunks.py::test_refused_images_are_decoded_on_the_cpu_in_their_places",
         "tests/engine/test_chunks.py::test_per_sample_positions_and_bad_samples_join_the_packs_in_order",
@@ -273,6 +274,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/transforms/test_validation.py::test_sensible_arguments_still_work",
     ),
     "subprocess": (  # a child Python, torchrun, the CLI, tar programs, mypy, an emulator process
+        "tests/repo/test_bench_smoke.py",
         "tests/dali/test_missing.py",
         "tests/ray/test_on_ray.py",
         "tests/ray/test_cluster.py",

@@ -5,6 +5,7 @@ the index was built never keep its verdict. (Without an index: tests/engine/test
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -57,19 +58,34 @@ def indexed(tmp_path, tar_writer) -> str:
 
 
 def checked_gids(monkeypatch) -> list[int]:
-    """Sample ids whose whole scan the per-chunk decode is asked to check (a spy on
-    ``native.run_chunk``, the CPU path's one native call per chunk)."""
+    """Sample ids whose whole scan the per-chunk decode is asked to check (a spy on the
+    CPU path's native chunk calls: ``native.run_chunk_at``, which gathers a chunk's ids
+    and checked flags itself, and ``native.run_chunk``, for the chunks selected in NumPy)."""
     seen: list[int] = []
-    real = native.run_chunk
+    real, real_at = native.run_chunk, native.run_chunk_at
 
     def spy(fds, offsets, sizes, stamps, gids, checks, *args, **kw):
         seen.extend(int(g) for g, c in zip(gids, checks) if c)
         return real(fds, offsets, sizes, stamps, gids, checks, *args, **kw)
+
+    def spy_at(order, first, step, count, row0, table, *args, **kw):
+        seen.extend(asked_at(order, first, step, count, table))
+        return real_at(order, first, step, count, row0, table, *args, **kw)
+
     monkeypatch.setattr(native, "run_chunk", spy)
+    monkeypatch.setattr(native, "run_chunk_at", spy_at)
     return seen
 
 
-CHILD = """
+def asked_at(order, first, step, count, table) -> list[int]:
+    """The ids whose scans a ``run_chunk_at`` call checks: readable, on an open shard (the
+    others go to ``run_chunk`` or the per-sample path) and not checked yet."""
+    readable, source, fds, checked = table[0], table[1], table[2], table[6]
+    gids = order[first:first + count * step:step] if count else order[:0]
+    return [int(g) for g in gids if readable[g] and fds[source[g]] >= 0 and not checked[g]]
+
+
+CHILD = inspect.getsource(asked_at) + """
 import json, sys
 import turbofeed
 from turbofeed import transforms as T
@@ -81,11 +97,14 @@ loader = turbofeed.DataLoader(sys.argv[1], batch_size=4, num_workers=2, transfor
                               on_error="skip", return_keys=True)
 before = CHECKED.flags(loader.dataset).tolist()
 checked = []
-real = native.run_chunk
+real, real_at = native.run_chunk, native.run_chunk_at
 def spy(fds, offsets, sizes, stamps, gids, checks, *args, **kw):
     checked.extend(int(g) for g, c in zip(gids, checks) if c)
     return real(fds, offsets, sizes, stamps, gids, checks, *args, **kw)
-native.run_chunk = spy
+def spy_at(order, first, step, count, row0, table, *args, **kw):
+    checked.extend(asked_at(order, first, step, count, table))
+    return real_at(order, first, step, count, row0, table, *args, **kw)
+native.run_chunk, native.run_chunk_at = spy, spy_at
 keys = sorted(k.split("/")[1] for _, _, ks in loader for k in ks)
 print(json.dumps({"before": before, "checked": sorted(checked), "keys": keys}))
 """
