@@ -17,7 +17,7 @@ from turbofeed.engine.policy import ErrorPolicy, PassPolicy
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import fill_position
 from turbofeed.errors import DatasetError, SampleError
-from turbofeed.plan.order import EpochPlan, make_epoch_plan
+from turbofeed.plan import EpochPlan, make_epoch_plan
 from turbofeed.plan.streaming import StreamLayout
 
 HANG_S = 20  # a pass over a handful of positions takes microseconds; a loop never ends

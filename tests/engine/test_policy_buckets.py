@@ -13,7 +13,7 @@ from turbofeed.engine.policy import ErrorPolicy
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import fill_position
 from turbofeed.errors import SampleError
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 
 HANG_S = 20
 

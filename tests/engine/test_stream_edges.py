@@ -10,7 +10,7 @@ from turbofeed.engine.policy import ErrorPolicy
 from turbofeed.base.stageinfo import StageInfo
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import BatchStream
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 
 
 class Stage:

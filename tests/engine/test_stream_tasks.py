@@ -15,7 +15,7 @@ from turbofeed.base.stageinfo import StageInfo
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.stream import BatchStream
 from turbofeed.errors import SampleError
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 
 BATCH = 16
 

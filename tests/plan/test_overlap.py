@@ -13,7 +13,7 @@ from resume_check import PLAN, PlanRun, check_resume
 
 from turbofeed.engine.layout import warn_low_diversity, window_blocks
 from turbofeed.plan import StreamLayout
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 from turbofeed.plan.overlap import overlap_order
 from turbofeed.plan.stream_rounds import StreamRounds
 from turbofeed.plan.mixing import EpochDraw

@@ -13,7 +13,7 @@ from resume_check import PLAN, PlanRun, check_resume
 from turbofeed.engine.layout import MAX_PIECE_OVERLAP, PIECE_MIN_BYTES, PIECE_MIN_SAMPLES, window_blocks
 from turbofeed.plan import StreamLayout
 from turbofeed.plan.mixing import EpochDraw
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 from turbofeed.plan.pieces import Pieces, cut_pieces, cut_shard, split_visits
 from turbofeed.plan.stream_rounds import StreamRounds
 from turbofeed.plan.streaming import stream_blocks

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from resume_check import PLAN, PlanRun, check_resume
 
-from turbofeed.plan.order import make_epoch_plan
+from turbofeed.plan import make_epoch_plan
 from turbofeed.plan.streaming import StreamLayout, node_residue, stream_blocks, stream_order, stream_rank_order
 
 

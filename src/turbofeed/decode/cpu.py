@@ -18,6 +18,7 @@ above it, before anything the size of the image is allocated; ``max_pixels`` (de
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
@@ -26,7 +27,7 @@ from .._deps import simplejpeg
 from ..errors import ImageTooLarge
 from .limits import DEFAULT, DefaultLimit, check_pixels, resolve
 from . import scan
-from .probe import is_jpeg
+from .formats import IMAGE_FORMATS, image_format
 
 # Pillow's unsigned 16-bit grey modes (16-bit PNG and TIFF); 16-bit RGB(A) PNGs already
 # open as 8-bit RGB(A), by their high byte.
@@ -48,7 +49,7 @@ def decode_pillow(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAUL
     limit = resolve(max_pixels)
     with Image.open(io.BytesIO(data)) as im:
         check_pixels(im.height, im.width, limit)
-        if im.format == "JPEG":  # Pillow decodes damaged scans anyway, with grey rows
+        if IMAGE_FORMATS.get(im.format, IMAGE_FORMATS[None]).scan_check:  # Pillow fills damage with grey
             scan.check(data, max_pixels=limit)
         im.load()  # the first frame of an animated image
         if im.mode in _UINT16_MODES:  # 16-bit grey: the high byte, not Pillow's clip to 255
@@ -56,6 +57,11 @@ def decode_pillow(data: bytes, *, max_pixels: int | None | DefaultLimit = DEFAUL
             return np.repeat(grey[:, :, None], 3, axis=2)
         rgb = im if im.mode == "RGB" else im.convert("RGB")
         return np.asarray(rgb)
+
+
+#: :attr:`ImageFormat.cpu <turbofeed.decode.formats.ImageFormat.cpu>` -> the strict
+#: decoder :func:`decode` tries before Pillow ("pillow": none, Pillow alone).
+STRICT_DECODERS: dict[str, Callable[..., np.ndarray]] = {"libjpeg-turbo": decode_jpeg}
 
 
 def as_rgb(array: np.ndarray) -> np.ndarray:
@@ -90,20 +96,22 @@ def decode(data: bytes | np.ndarray, *, max_pixels: int | None | DefaultLimit = 
         return as_rgb(data)
     if not data:
         raise ValueError("empty file (0 bytes)")
-    if is_jpeg(data):
+    fmt = IMAGE_FORMATS[image_format(data)]
+    strict = STRICT_DECODERS.get(fmt.cpu)
+    if strict is not None:
         try:
-            return decode_jpeg(data, max_pixels=limit)
+            return strict(data, max_pixels=limit)
         except ImageTooLarge:
             raise
-        except ValueError as jpeg_error:
+        except ValueError as strict_error:
             try:  # Pillow reads a few JPEG variants libjpeg-turbo's RGB path refuses
                 return decode_pillow(data, max_pixels=limit)
             except ImageTooLarge:
                 raise
             except Exception as pillow_error:  # the scan check's reason, past junk simplejpeg stopped at
-                damage = str(pillow_error).removeprefix("damaged JPEG: ")
-                reason = damage if damage != str(pillow_error) else jpeg_error
-                raise ValueError(f"bad JPEG: {reason}") from None
+                damage = str(pillow_error).removeprefix(f"damaged {fmt.name}: ")
+                reason = damage if damage != str(pillow_error) else strict_error
+                raise ValueError(f"bad {fmt.name}: {reason}") from None
     try:
         return decode_pillow(data, max_pixels=limit)
     except ImageTooLarge:

@@ -40,7 +40,7 @@ from .._deps import simplejpeg
 from .gpu_backend import NOT_INSTALLED, choose_backend, first_line, trial_jpeg, trial_verdict
 from .gpu_failures import DecoderFailures, decode_bisecting, decode_parsed
 from .limits import exceeds, max_pixels
-from .probe import is_jpeg
+from .formats import format_of
 
 BACKENDS = ("nvimgcodec", "torchvision")
 
@@ -54,7 +54,7 @@ CPU_ONLY_COLORSPACES = frozenset({"CMYK", "YCCK"})
 def sendable(data: bytes | bytearray | memoryview, limit: int | None) -> bool:
     """Whether ``data`` goes to the GPU decoder: a JPEG whose header reads, not CMYK or
     YCCK, and not over ``limit`` pixels (0 or None: no limit). About 1 us per header."""
-    if not is_jpeg(data):
+    if not format_of(data).gpu:
         return False
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .probe import is_jpeg
+from .formats import is_jpeg
 
 TAG = 0x0112
 STEPS: dict[int, tuple[bool, bool, bool]] = {

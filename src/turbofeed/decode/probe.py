@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from .._deps import simplejpeg
+from .formats import image_format, is_jpeg
 
 #: Extensions of image members, and the preferred one when a sample holds several (first
 #: match wins).
@@ -21,10 +22,6 @@ class ImageInfo:
     height: int
     width: int
     format: str  # "jpeg" or Pillow's format name, lower case
-
-
-def is_jpeg(data: object) -> bool:
-    return isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:3]) == b"\xff\xd8\xff"
 
 
 def probe(data: bytes | np.ndarray) -> ImageInfo:
@@ -57,26 +54,6 @@ def probe(data: bytes | np.ndarray) -> ImageInfo:
 HEAD_BYTES = 16 << 10
 #: A second, larger read for the rest (a JPEG whose EXIF thumbnail or ICC profile comes first).
 MORE_BYTES = 256 << 10
-
-
-#: Pillow's format for the first bytes of each image type turbofeed reads (WebP and PPM
-#: are told apart below): the indexing probe asks Pillow for that one format, where
-#: ``Image.open`` alone would try each of its plugins in turn (about 200 us for data that
-#: is no image at all, paid once per sample when a dataset is indexed).
-_MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"), (b"BM", "BMP"),
-          (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
-
-
-def image_format(head: bytes) -> str | None:
-    """Pillow's name of the image type ``head`` starts with (``"JPEG"``, ``"PNG"``...), or
-    None when it starts like none turbofeed reads."""
-    if is_jpeg(head):
-        return "JPEG"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "WEBP"
-    if len(head) > 2 and head[:1] == b"P" and head[1:2] in b"123456" and head[2:3].isspace():
-        return "PPM"
-    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
 def header_size(head: bytes) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from ..decode import check_pixels, is_jpeg, native, probe, scan
+from ..decode import check_pixels, format_of, native, probe, scan
 from ..decode.orientation import upright_size
 from ..decode.cpu import as_rgb
 from .checked import CHECKED
@@ -127,7 +127,7 @@ def refuse_damage(work: SampleWork, gid: int, data: bytes | np.ndarray) -> None:
     Raises:
         SampleError: a damaged JPEG (stage ``decode.gpu``).
     """
-    if isinstance(data, np.ndarray) or not is_jpeg(data):
+    if isinstance(data, np.ndarray) or not format_of(data).scan_check:
         return
     try:
         check_once(work, gid, data)

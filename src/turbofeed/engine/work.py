@@ -10,7 +10,7 @@ from typing import Literal, overload
 
 import numpy as np
 
-from ..decode import decode, is_jpeg, max_pixels, native, probe
+from ..decode import IMAGE_FORMATS, decode, image_format, max_pixels, native, probe
 from ..decode.orientation import jpeg_orientation, orientation, stored_box, upright, upright_size
 from ..errors import ImageTooLarge, SampleError, StorageError
 from ..io import Dataset, pick_member
@@ -128,7 +128,7 @@ class SampleWork:
             if data.dtype != np.uint8 or data.ndim not in (2, 3) or not data.flags.c_contiguous:
                 return None
             size = data.shape[:2]
-        elif is_jpeg(data):
+        elif IMAGE_FORMATS[image_format(data)].native_crop:
             size = None
         else:
             return None

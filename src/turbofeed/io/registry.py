@@ -22,7 +22,10 @@ items are tar shards (listed by :func:`turbofeed.io.stores.urls.resolve_urls`), 
 when they end in ``.zarr``.
 
 Adding a format: a :class:`~turbofeed.io.Source` class and one :class:`Format` in
-:data:`KINDS` (its name, suffixes and opener).
+:data:`KINDS` (its name, suffixes and opener). Adding an object store: one
+:class:`~turbofeed.io.stores.families.Store` in
+:data:`~turbofeed.io.stores.families.STORES`, a :class:`~turbofeed.base.registry.Registry`
+as :data:`KINDS` is (the ``s3`` kind here reads every store's tar shards).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..base.registry import Registry
 from ..base.renamed import accepts_renamed
 from ..errors import DatasetError
 from .arrays.hdf5 import HDF5Source
@@ -106,7 +110,7 @@ class Format:
     array: bool = False
 
 
-KINDS: dict[str, Format] = {f.name: f for f in (
+KINDS: Registry[Format] = Registry("format", (
     Format("tar", TAR_SUFFIXES,  # zstd: named only to be reported
            lambda o, path: TarSource(path, on_damage=o.on_damage, cache_dir=o.cache_dir, labels=o.labels,
                                      storage=o.storage)),
@@ -120,7 +124,7 @@ KINDS: dict[str, Format] = {f.name: f for f in (
            lambda o, path: TFRecordSource(path, o.format_options, cache_dir=o.cache_dir,
                                           on_damage=o.on_damage), array=True),
     Format("s3", TAR_SUFFIXES, _s3_shard),  # found by resolve() for s3:// tar shards, not by name
-)}
+))
 #: The values of ``format=``.
 FORMATS = tuple(name for name in KINDS if name != "s3")
 

@@ -23,11 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .buckets import bucket_order
-from .mixing import EpochDraw
 from .resampled import ResampledRankOrder
-from .stream_rounds import rounds_rank_order
-from .streaming import StreamLayout, stream_blocks, stream_rank_order
 
 #: A rank's order of sample ids: an int64 array, or a resampled epoch's lazy view of one
 #: (:class:`ResampledRankOrder`, or its streamed form :class:`~.stream_rounds.RoundsRankOrder`).
@@ -145,64 +141,3 @@ class EpochPlan:
         """
         n = len(self.order)
         return range(position + 1, position + n)  # callers take ``p % n``
-
-
-def make_epoch_plan(
-    num_samples: int,
-    *,
-    batch_size: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    rank: int = 0,
-    world_size: int = 1,
-    drop_last: bool = False,
-    start: int = 0,
-    stream: StreamLayout | None = None,
-    draw: EpochDraw | None = None,
-    buckets: np.ndarray | None = None,
-) -> EpochPlan:
-    """Build the :class:`EpochPlan` of one rank for one epoch (after ``start`` samples
-    of the global order, see :func:`rank_order`); with ``stream``, of the streamed order
-    (:mod:`turbofeed.plan.streaming`); with ``draw``, over the samples it draws for the
-    epoch (resampled or weighted, :mod:`turbofeed.plan.mixing`) instead of every sample once.
-    A resampled epoch is drawn lazily (:mod:`turbofeed.plan.resampled`; streamed, round by
-    round, :mod:`turbofeed.plan.stream_rounds`): memory and time do not grow with ``epoch_size``.
-    With ``buckets`` (the aspect-ratio bucket of each sample id), every batch of every
-    rank holds one bucket (:mod:`turbofeed.plan.buckets`); not with ``stream`` or ``draw``."""
-    if buckets is not None:
-        if stream is not None or draw is not None:
-            raise ValueError("aspect-ratio buckets do not combine with streaming, weights or resampling")
-        count_batches(len(buckets), batch_size, drop_last)  # validates batch_size before it cuts the buckets
-        order = bucket_order(buckets, batch_size=batch_size, world_size=world_size, seed=seed, epoch=epoch,
-                             shuffle=shuffle, drop_last=drop_last)
-        order = rank_order(len(order), seed=seed, epoch=epoch, shuffle=False, rank=rank, world_size=world_size,
-                           drop_last=drop_last, start=start, population=order)
-        return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last, groups=buckets)
-    if draw is not None and draw.resample:
-        lazy: ResampledRankOrder
-        if stream is None:
-            lazy = ResampledRankOrder(draw.resampled(seed=seed, epoch=epoch), rank=rank, world_size=world_size,
-                                      drop_last=drop_last, start=start)
-        else:
-            lazy = rounds_rank_order(draw, stream, seed=seed, epoch=epoch, shuffle=shuffle, rank=rank,
-                                     world_size=world_size, drop_last=drop_last, start=start)
-        count_batches(len(lazy), batch_size, drop_last)  # validates batch_size
-        return EpochPlan(order=lazy, batch_size=batch_size, drop_last=drop_last)
-    visits = None if draw is None else draw.visits(seed=seed, epoch=epoch)
-    blocks = None
-    if stream is not None:
-        full, block = stream_blocks(stream.starts, stream.shard_bytes, seed=seed, epoch=epoch, shuffle=shuffle,
-                                    canonical_nodes=stream.canonical_nodes, block_bytes=stream.block_bytes,
-                                    visits=visits, overlap=stream.overlap, pieces=stream.pieces)
-        order, blocks = (stream_rank_order(a, rank=rank, world_size=world_size, ranks_per_node=stream.ranks_per_node,
-                                           canonical_nodes=stream.canonical_nodes, drop_last=drop_last, start=start)
-                         for a in (full, block))  # the same positions of both
-    else:
-        order = rank_order(
-            num_samples if visits is None else len(visits), seed=seed, epoch=epoch, shuffle=shuffle,
-            rank=rank, world_size=world_size, drop_last=drop_last, start=start,
-            population=None if visits is None else visits.ids,
-        )
-    count_batches(len(order), batch_size, drop_last)  # validates batch_size
-    return EpochPlan(order=order, batch_size=batch_size, drop_last=drop_last, blocks=blocks)

@@ -35,11 +35,6 @@ log = logging.getLogger("turbofeed")
 
 _CONNECT_TIMEOUT_S = 5.0
 _FIRST_CONTACT_ATTEMPTS = 3  # connection failures tried before the endpoint ever answered
-_WHERE = {"s3": "AWS_ENDPOINT_URL or S3Config(endpoint_url=...)",
-          "gcs": "STORAGE_EMULATOR_HOST or GCSConfig(endpoint_url=...)",
-          "azure": "AZURE_STORAGE_CONNECTION_STRING or AzureConfig(...)", "http": "the URL"}
-
-
 def _require(module: str):
     try:
         return __import__(module)
@@ -118,32 +113,14 @@ class S3Client:
     def endpoint_of(self, url: str) -> str:
         """The service a URL's requests go to (for messages)."""
         kind, root, _ = families.split_url(url)
-        if kind == "s3":
-            return self.endpoint
-        if kind == "gcs":
-            return families.gcs_endpoint(self.config.gcs) or "https://storage.googleapis.com"
-        if kind == "azure":
-            settings = families.azure_settings(self.config.azure)
-            return settings.get("endpoint") or ("Azurite" if settings.get("use_emulator") else
-                                                f"the account {settings.get('account_name', '$AZURE_STORAGE_ACCOUNT_NAME')}")
-        return root
+        return families.STORES[kind].endpoint(self, root)
 
     def _make_store(self, kind: str, root: str):
-        name = root.split("://", 1)[1]
-        connect = min(_CONNECT_TIMEOUT_S, self.config.timeout)
-        if kind == "gcs":
-            endpoint = families.gcs_endpoint(self.config.gcs)
-            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, endpoint)
-            return families.make_gcs(name, self.config.gcs, options, endpoint)
-        if kind == "azure":
-            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
-            return families.make_azure(name, families.azure_settings(self.config.azure), options)
-        if kind == "http":
-            options = families.client_options(self.config.timeout, connect, self.config.max_concurrency, None)
-            return families.make_http(root, self.config.http, options)
-        return self._make_s3(name)
+        return families.STORES[kind].make(self, root, min(_CONNECT_TIMEOUT_S, self.config.timeout))
 
-    def _make_s3(self, bucket: str):
+    def make_s3(self, bucket: str):
+        """The obstore ``S3Store`` of one bucket, with this client's credentials (the
+        ``s3`` row of :data:`~turbofeed.io.stores.families.STORES`)."""
         from obstore.store import S3Store
 
         a = self.auth
@@ -224,7 +201,7 @@ class S3Client:
                         if refused >= _FIRST_CONTACT_ATTEMPTS:
                             raise Unreachable(
                                 f"cannot connect to {redact_url(self.endpoint_of(url) if url else self.endpoint)} "
-                                f"({refused} attempts; check {_WHERE[families.family(url) if url else 's3']})") from exc
+                                f"({refused} attempts; check {families.STORES[families.family(url) if url else 's3'].where})") from exc
                     raise
             self._reached = True
             return out

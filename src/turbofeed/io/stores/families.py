@@ -30,17 +30,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from ...base.registry import Registry
 from ...redact import Redacted, mask, mask_key, redact_connection_string, redact_headers, redact_url, url_credentials
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
 
-#: URL scheme -> store family.
-FAMILIES = {"s3": "s3", "gs": "gcs", "az": "azure", "azure": "azure", "abfs": "azure",
-            "abfss": "azure", "http": "http", "https": "http"}
-REMOTE_PREFIXES = tuple(f"{scheme}://" for scheme in FAMILIES)
-#: The variables whose values decide how a store is reached (part of the shared client's key).
-ENV_PREFIXES = ("AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "AZURE_", "AZURITE_")
 
 
 def is_remote(text: str) -> bool:
@@ -79,13 +74,12 @@ def split_url(url: str) -> tuple[str, str, str]:
         return kind, f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
     bucket, _, key = rest.partition("/")
     if "@" in bucket:
-        refuse_credentials(f"{scheme}://{bucket}", f"pass credentials in the store's config ({_CONFIG_OF[kind]})")
+        refuse_credentials(f"{scheme}://{bucket}", f"pass credentials in the store's config ({STORES[kind].config})")
     if not bucket:
         raise ValueError(f"{url}: no {'container' if kind == 'azure' else 'bucket'} in the URL")
     return kind, f"{scheme}://{bucket}", key
 
 
-_CONFIG_OF = {"s3": "S3Config", "gcs": "GCSConfig", "azure": "AzureConfig", "http": "HTTPConfig"}
 _CARRIED = {"userinfo": "user and password", "query": "query string"}
 
 
@@ -277,4 +271,66 @@ def make_http(root: str, config: HTTPConfig | None, options: ClientConfig):
     return HTTPStore(root, client_options=options, retry_config={"max_retries": 0})
 
 
-__all__ = ["AzureConfig", "GCSConfig", "HTTPConfig", "is_remote", "split_url"]
+@dataclass(frozen=True)
+class Store:
+    """One store family: the URLs it reads and how its obstore store is made.
+
+    Attributes:
+        name: the family (``"s3"``, ``"gcs"``, ``"azure"``, ``"http"``).
+        schemes: the URL schemes it reads (``gs`` for ``gs://``).
+        config: the name of its config class (a field of ``S3Config`` holds it).
+        env: the prefixes of the variables that decide how it is reached (part of the
+            shared client's key).
+        where: where its endpoint is set, for the message when it cannot be reached.
+        make: ``make(client, root, connect_timeout)``: the obstore store of one bucket,
+            container or host (``client``: the :class:`~turbofeed.io.stores.client.S3Client`).
+        endpoint: ``endpoint(client, root)``: the service its requests go to, for messages.
+    """
+
+    name: str
+    schemes: tuple[str, ...]
+    config: str
+    env: tuple[str, ...]
+    where: str
+    make: Callable[[Any, str, float], Any]
+    endpoint: Callable[[Any, str], str]
+
+
+def _options(client: Any, connect: float, endpoint: str | None) -> ClientConfig:
+    c = client.config
+    return client_options(c.timeout, connect, c.max_concurrency, endpoint)
+
+
+def _name(root: str) -> str:
+    return root.split("://", 1)[1]
+
+
+def _azure_endpoint(client: Any, root: str) -> str:
+    settings = azure_settings(client.config.azure)
+    return settings.get("endpoint") or ("Azurite" if settings.get("use_emulator") else
+                                        f"the account {settings.get('account_name', '$AZURE_STORAGE_ACCOUNT_NAME')}")
+
+
+#: The object stores, by family: every URL scheme turbofeed reads and what reads it.
+STORES: Registry[Store] = Registry("store", (
+    Store("s3", ("s3",), "S3Config", ("AWS_",), "AWS_ENDPOINT_URL or S3Config(endpoint_url=...)",
+          lambda c, root, connect: c.make_s3(_name(root)), lambda c, root: c.endpoint),
+    Store("gcs", ("gs",), "GCSConfig", ("GOOGLE_", "STORAGE_EMULATOR_HOST"),
+          "STORAGE_EMULATOR_HOST or GCSConfig(endpoint_url=...)",
+          lambda c, root, connect: make_gcs(_name(root), c.config.gcs, _options(c, connect, gcs_endpoint(c.config.gcs)),
+                                            gcs_endpoint(c.config.gcs)),
+          lambda c, root: gcs_endpoint(c.config.gcs) or "https://storage.googleapis.com"),
+    Store("azure", ("az", "azure", "abfs", "abfss"), "AzureConfig", ("AZURE_", "AZURITE_"),
+          "AZURE_STORAGE_CONNECTION_STRING or AzureConfig(...)",
+          lambda c, root, connect: make_azure(_name(root), azure_settings(c.config.azure), _options(c, connect, None)),
+          _azure_endpoint),
+    Store("http", ("http", "https"), "HTTPConfig", (), "the URL",
+          lambda c, root, connect: make_http(root, c.config.http, _options(c, connect, None)), lambda c, root: root),
+))
+#: URL scheme -> store family.
+FAMILIES = {scheme: store.name for store in STORES.values() for scheme in store.schemes}
+REMOTE_PREFIXES = tuple(f"{scheme}://" for scheme in FAMILIES)
+#: The variables whose values decide how a store is reached (part of the shared client's key).
+ENV_PREFIXES = tuple(prefix for store in STORES.values() for prefix in store.env)
+
+__all__ = ["AzureConfig", "GCSConfig", "HTTPConfig", "STORES", "Store", "is_remote", "split_url"]
