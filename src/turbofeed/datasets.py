@@ -386,8 +386,7 @@ def described(data: Any, keywords: dict[str, Any], caller: str, names: Sequence[
     return description
 
 
-def _as_code(description: Dataset | Mix) -> str:
-    """The line that makes the description (URLs and credentials redacted, as in its repr)."""
+def _as_code(description: Dataset | Mix) -> str:  # the line that makes it, redacted as its repr is
     if isinstance(description, Dataset):
         return f"turbofeed.{description!r}"
     inner = ", ".join(map(_as_code, description.datasets))
