@@ -156,13 +156,14 @@ class WaitingDecoder:
 
 
 def cpu_loader(shards: list[str], threads: int, epoch_size: int) -> turbofeed.DataLoader:
-    return turbofeed.DataLoader(shards, batch_size=BATCH, num_workers=threads, shuffle=True, drop_last=True,
-                                epoch_size=epoch_size, transform=T.imagenet_train(224))
+    return turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(shards)], epoch_size=epoch_size), batch_size=BATCH,
+                                num_workers=threads, shuffle=True, drop_last=True, transform=T.imagenet_train(224))
 
 
 def gpu_loader(shards: list[str], epoch_size: int) -> turbofeed.DataLoader:
-    return turbofeed.DataLoader(shards, batch_size=BATCH, num_workers=FEED_THREADS, shuffle=True, drop_last=True,
-                                epoch_size=epoch_size, transform=T.imagenet_train(GPU_OUTPUT),
+    return turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(shards)], epoch_size=epoch_size), batch_size=BATCH,
+                                num_workers=FEED_THREADS, shuffle=True, drop_last=True,
+                                transform=T.imagenet_train(GPU_OUTPUT),
                                 gpu_decode=WaitingDecoder())
 
 

@@ -142,8 +142,9 @@ class Bench:
         import turbofeed
 
         def run() -> None:
-            loader = turbofeed.DataLoader(data, batch_size=64, num_workers=self.args.workers,
-                                          shuffle=True, seed=0, cache_dir=cache_dir, on_error="raise",
+            loader = turbofeed.DataLoader(turbofeed.Dataset(data, cache_dir=cache_dir), batch_size=64,
+                                          num_workers=self.args.workers,
+                                          shuffle=True, seed=0, on_error="raise",
                                           transform=turbofeed.transforms.imagenet_train(224))
             self.samples = sum(len(labels) for _, labels in loader)
             loader.close()

@@ -98,8 +98,9 @@ def epoch(spec: str, settings: dict, cache_dir: str, **config) -> tuple[int, flo
     from turbofeed.io.stores.urls import close_clients
 
     t0 = time.perf_counter()
-    dl = turbofeed.DataLoader(spec, batch_size=32, num_workers=2, shuffle=True, seed=1, cache_dir=cache_dir,
-                              storage=S3Config(**settings, **config), transform=turbofeed.transforms.imagenet_eval(64))
+    dl = turbofeed.DataLoader(turbofeed.Dataset(spec, cache_dir=cache_dir, storage=S3Config(**settings, **config)),
+                              batch_size=32, num_workers=2, shuffle=True, seed=1,
+                              transform=turbofeed.transforms.imagenet_eval(64))
     n = sum(len(b[1]) for b in dl)
     dl.close()
     close_clients()

@@ -159,16 +159,16 @@ class Bench:
             env = {**os.environ, "TURBOFEED_CACHE_DIR": self.index_cache}
             subprocess.run([sys.executable, "-m", "turbofeed", "index", self.url], check=True, env=env)
         else:
-            self.turbofeed.DataLoader(self.url, cache_dir=self.index_cache, storage=self.config(),
-                                      **self.options()).close()
+            data = self.turbofeed.Dataset(self.url, cache_dir=self.index_cache, storage=self.config())
+            self.turbofeed.DataLoader(data, **self.options()).close()
         seconds = time.perf_counter() - started
         return {**self.proxy.reset_traffic(), "seconds": seconds,
                 "how": "`turbofeed index`" if self.indexed else "a first construction (no `turbofeed index`)"}
 
     def local_epoch(self) -> dict:
         started = time.perf_counter()
-        loader = self.turbofeed.DataLoader(self.args.data, cache_dir=os.path.join(self.tmp, "local"),
-                                           **self.options())
+        data = self.turbofeed.Dataset(self.args.data, cache_dir=os.path.join(self.tmp, "local"))
+        loader = self.turbofeed.DataLoader(data, **self.options())
         count = sum(len(keys) for _, _, keys in loader)
         loader.close()
         return {"seconds": time.perf_counter() - started, "samples": count}
@@ -185,8 +185,8 @@ class Bench:
         self.proxy.reset_traffic()
         try:
             started = time.perf_counter()
-            loader = self.turbofeed.DataLoader(self.url, cache_dir=cache_dir, storage=config, **streaming,
-                                               **self.options())
+            data = self.turbofeed.Dataset(self.url, cache_dir=cache_dir, storage=config, **streaming)
+            loader = self.turbofeed.DataLoader(data, **self.options())
             built = time.perf_counter()
             construction = self.proxy.reset_traffic()
             keys: list[str] = []

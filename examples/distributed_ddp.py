@@ -130,12 +130,10 @@ def train(args: argparse.Namespace) -> None:
 
     # Rank and world size come from the initialised process group.
     loader = turbofeed.DataLoader(
-        args.data_path, batch_size=args.batch_size, num_workers=args.workers, shuffle=True,
+        turbofeed.Dataset(args.data_path, streaming=True if args.streaming else None, storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes) if args.cache_bytes else None), batch_size=args.batch_size, num_workers=args.workers, shuffle=True,
         seed=args.seed, drop_last=args.drop_last, enable_distributed=True,
         transform=T.imagenet_train(args.image_size, normalize=True),
-        device=device if use_cuda else None, return_keys=bool(args.log_keys),
-        streaming=True if args.streaming else None,
-        storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes) if args.cache_bytes else None)
+        device=device if use_cuda else None, return_keys=bool(args.log_keys))
     model = TinyNet(args.classes).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
     lr = args.base_lr * world  # linear scaling rule

@@ -52,10 +52,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     node = int(os.environ["GROUP_RANK"])  # torchrun's --node_rank: the node whose proxy this rank uses
-    loader = turbofeed.DataLoader(args.data, batch_size=args.batch_size, num_workers=1, shuffle=True, seed=0,
+    loader = turbofeed.DataLoader(turbofeed.Dataset(args.data, streaming=True, storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes)),
+                                  batch_size=args.batch_size, num_workers=1, shuffle=True, seed=0,
                                   enable_distributed=True, return_keys=True, on_error="raise",
-                                  transform=T.imagenet_eval(16), streaming=True,
-                                  storage=turbofeed.S3Config(cache_max_bytes=args.cache_bytes))
+                                  transform=T.imagenet_eval(16))
     shards = getattr(loader.dataset, "s3", None)  # the process's S3 counters, for failure messages
     s3_log = open(f"{args.log_keys}.rank{rank}.s3.jsonl", "w")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import warnings
 import zlib
 
 import pytest
@@ -53,16 +54,17 @@ def same(x: list, y: list) -> bool:
 
 def test_a_dataset_object_gives_the_batches_of_the_path_form(two):
     a = two[0]
-    by_path = batches(load(a, return_keys=True, index=False))
+    by_path = batches(load(a, return_keys=True))  # a path is Dataset(path)
     by_object = batches(load(turbofeed.Dataset(a, index=False), return_keys=True))
     assert len(by_path) == 5 and same(by_path, by_object)
     # a list of paths, as a tuple inside the description, is the same data
-    shards = sorted(os.path.join(a, n) for n in os.listdir(a))
+    shards = sorted(os.path.join(a, n) for n in os.listdir(a) if n.endswith(".tar"))
     assert same(batches(load(turbofeed.Dataset(shards), return_keys=True)), by_path)
 
 
 def test_a_streamed_dataset_streams_as_the_keyword_does(two):
-    by_keyword = load(list(two), streaming=True, return_keys=True)
+    with pytest.warns(DeprecationWarning, match=r"pass turbofeed\.Dataset\(\[.*streaming=True\)"):
+        by_keyword = load(list(two), streaming=True, return_keys=True)  # the old keyword, one release
     by_object = load(turbofeed.Dataset(list(two), streaming=True), return_keys=True)
     assert by_object.stream_layout is not None and by_object.state_dict()["plan"] == by_keyword.state_dict()["plan"]
     assert by_object.state_dict()["plan"] != load(list(two)).state_dict()["plan"]  # streaming changes the order
@@ -83,7 +85,9 @@ def test_a_dataset_with_fields_gives_the_fields(two):
 
 def test_a_mix_of_datasets_equals_the_parallel_lists(two):
     for kw in (dict(weights=[1, 3], epoch_size=40), dict(weights=[2, 1]), dict(epoch_size=24, resample=True), {}):
-        old = load(list(two), return_keys=True, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore" if kw else "error", DeprecationWarning)  # the old keywords, one release
+            old = load(list(two), return_keys=True, **kw)
         new = load(turbofeed.mix([turbofeed.Dataset(two[0]), turbofeed.Dataset(two[1])], **kw), return_keys=True)
         assert len(old) == len(new)
         assert old.state_dict()["plan"] == new.state_dict()["plan"]  # the same draw, so states interchange
@@ -95,12 +99,13 @@ def test_a_mix_of_datasets_equals_the_parallel_lists(two):
 
 def test_a_mix_of_datasets_given_as_lists_keeps_each_dataset_whole(two):
     """A dataset of several paths is one entry of the mix: its weight covers all of them."""
-    a_shards = sorted(os.path.join(two[0], n) for n in os.listdir(two[0]))
+    a_shards = sorted(os.path.join(two[0], n) for n in os.listdir(two[0]) if n.endswith(".tar"))
     mixed = load(turbofeed.mix([turbofeed.Dataset(a_shards), turbofeed.Dataset(two[1])], weights=[1, 3],
                                epoch_size=40), return_keys=True)
     keys = [k.rsplit("/", 1)[-1] for b in mixed for k in b[2]]
     assert sum(k[0] == "a" for k in keys) == 10 and sum(k[0] == "b" for k in keys) == 30
-    nested = load([a_shards, two[1]], weights=[1, 3], epoch_size=40, return_keys=True)  # the list form likewise
+    with pytest.warns(DeprecationWarning, match=r"turbofeed\.mix\(\[turbofeed\.Dataset\(\["):
+        nested = load([a_shards, two[1]], weights=[1, 3], epoch_size=40, return_keys=True)  # the old list form
     mixed.set_epoch(0)
     assert same(batches(nested), batches(mixed))
 
@@ -122,17 +127,18 @@ def test_a_mix_and_a_data_argument_is_an_error_naming_it(two, name, value):
 
 
 def test_the_old_s3_keyword_still_loads_with_one_warning_and_both_together_raise(two):
-    """``s3=`` is ``storage=``'s old name (turbofeed/base/renamed.py), for one release."""
+    """``s3=`` is ``storage=``'s old name: on a loader, a data keyword, for one release."""
     config = turbofeed.S3Config(cache_max_bytes=1 << 30)
-    new = load(two[1], index=False, storage=config)
-    with pytest.warns(DeprecationWarning, match=r"DataLoader\(\): s3= is now storage=") as caught:
+    new = load(turbofeed.Dataset(two[1], index=False, storage=config))
+    with pytest.warns(DeprecationWarning, match=r"DataLoader\(\): index=, s3= describe the data: pass "
+                                                r"turbofeed\.Dataset\(.*storage=S3Config\(") as caught:
         old = load(two[1], index=False, s3=config)
     assert len(caught) == 1
     assert same(batches(old), batches(new))
-    assert pickle.loads(pickle.dumps(old))._arguments["storage"] == config  # rebuilt with the new name
+    assert pickle.loads(pickle.dumps(old))._arguments["data"].storage == config  # rebuilt from the Dataset
     with pytest.raises(TypeError, match="got both s3= and storage="):
         load(two[1], s3=config, storage=config)
-    with pytest.warns(DeprecationWarning, match=r"Pipeline\(\): s3= is now storage="):
+    with pytest.warns(DeprecationWarning, match=r"Pipeline\(\): index=, s3= describe the data"):
         pipe = turbofeed.Pipeline(two[1], num_workers=1, index=False, s3=config)
     with pipe:
         assert len(pipe.next_batch(4)) == 4
@@ -225,15 +231,18 @@ def test_a_pipeline_takes_a_dataset(two):
 
 
 def test_the_seed_documents_calls_keep_working(two):
-    loader = turbofeed.DataLoader(two[0], 8, 2, True, enable_distributed=False, drop_last=True)
-    assert len(loader) == 5
-    assert len(list(turbofeed.Pipeline(tar_paths=[two[0]]))) == 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # and warn of nothing
+        loader = turbofeed.DataLoader(two[0], 8, 2, True, enable_distributed=False, drop_last=True)
+        assert len(loader) == 5
+        assert len(list(turbofeed.Pipeline(tar_paths=[two[0]]))) == 40
 
 
 def test_a_dataset_s_classes_number_the_labels_as_the_keyword_does(image_folder):
     names = sorted(os.listdir(image_folder), reverse=True)  # not the sorted order the data would give
     kw = dict(batch_size=10, num_workers=2, transform=T.imagenet_eval(16), return_keys=True)
-    by_keyword = [(b[1].tolist(), b[2]) for b in turbofeed.DataLoader(image_folder, classes=names, **kw)]
+    with pytest.warns(DeprecationWarning, match="classes= describes the data"):  # the old keyword, one release
+        by_keyword = [(b[1].tolist(), b[2]) for b in turbofeed.DataLoader(image_folder, classes=names, **kw)]
     by_object = [(b[1].tolist(), b[2]) for b in turbofeed.DataLoader(turbofeed.Dataset(image_folder, classes=names),
                                                                      **kw)]
     assert by_object == by_keyword

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import Any, NamedTuple, Union
@@ -34,6 +36,12 @@ Paths = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
 #: The options of :class:`Dataset` (all but ``data``), in signature order.
 OPTIONS = ("format", "format_options", "storage", "cache_dir", "classes", "fields", "decoders", "index", "streaming")
+#: The options of :func:`mix` (all but the datasets).
+MIX_OPTIONS = ("weights", "epoch_size", "resample")
+#: The data keywords the loaders took before :class:`Dataset` and :func:`mix` (``s3``: ``storage``'s old
+#: name), accepted on them for one release with a DeprecationWarning (:func:`described`): DataLoader
+#: took them all, Pipeline those of :data:`OPTIONS` but ``streaming``.
+OLD_LOADER_KEYWORDS = (*OPTIONS, *MIX_OPTIONS, "s3")
 
 
 def _is_path(item: object) -> bool:
@@ -332,3 +340,61 @@ def data_args(data: Any, caller: str, **given: Any) -> DataArgs:
     paths = [list(d.data) if isinstance(d.data, tuple) else d.data for d in data.datasets]
     mixing = {"weights": data.weights, "epoch_size": data.epoch_size, "resample": data.resample}
     return DataArgs(paths, **{**given, **options, **{k: v for k, v in mixing.items() if k in given}})
+
+
+def described(data: Any, keywords: dict[str, Any], caller: str, names: Sequence[str]) -> Any:
+    """``data`` with the old data keywords a loader got (``keywords``, the ``**`` of its
+    constructor, each one of ``names``) folded into the :class:`Dataset` or :func:`mix` they
+    describe, with one DeprecationWarning naming that description to write instead; ``data``
+    itself when there are none.
+
+    Raises:
+        TypeError: a keyword not in ``names`` (as Python says of any unexpected keyword),
+            one given under its old and new name, or one given with a description that
+            holds it (``data_args``' rule).
+    """
+    for name in keywords:
+        if name not in names:
+            raise TypeError(f"{caller}.__init__() got an unexpected keyword argument {name!r}")
+    if not keywords:
+        return data
+    shown = ", ".join(f"{name}=" for name in keywords) + (" describes" if len(keywords) == 1 else " describe")
+    keywords = dict(keywords)
+    if "s3" in keywords:
+        if "storage" in keywords:
+            raise TypeError(f"{caller}() got both s3= and storage=: s3 is the old name of storage; pass storage=")
+        keywords["storage"] = keywords.pop("s3")
+    options = {name: keywords[name] for name in OPTIONS if name in keywords}
+    given = {name: value for name, value in keywords.items() if value is not (False if name == "resample" else None)}
+    mixing = {name: given[name] for name in MIX_OPTIONS if name in given}
+    if isinstance(data, (Dataset, Mix)):
+        for name, value in given.items():  # with a description: data_args' rule
+            if name in OPTIONS or name == "weights" or isinstance(data, Mix):
+                owner = "turbofeed.Dataset(..., " if name in OPTIONS else "turbofeed.mix([Dataset(...), ...], "
+                raise TypeError(f"{caller}() got a {type(data).__name__} and {name}={value!r:.60}: {name} belongs "
+                                f"to the data's description; pass {owner}{name}=...) instead")
+        description = data
+    elif mixing.get("weights") is not None:  # the parallel-list form: one dataset per entry
+        description = mix([Dataset(item, **options) for item in ([data] if _is_path(data) else data)], **mixing)
+    else:
+        description = Dataset(data, **options)
+    if mixing and isinstance(description, Dataset):
+        description = mix([description], **mixing)
+    warnings.warn(f"{caller}(): {shown} the data: pass {_as_code(description)} "
+                  f"as the data instead (the {caller}'s data keywords go in the next release)",
+                  DeprecationWarning, stacklevel=_user_stacklevel())
+    return description
+
+
+def _as_code(description: Dataset | Mix) -> str:  # the line that makes it, redacted as its repr is
+    if isinstance(description, Dataset):
+        return f"turbofeed.{description!r}"
+    inner = ", ".join(map(_as_code, description.datasets))
+    return f"turbofeed.{description!r}".replace(repr(list(description.datasets)), f"[{inner}]", 1)
+
+
+def _user_stacklevel() -> int:  # the first frame outside turbofeed: the user's line, whoever passed it on
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "turbofeed":
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

@@ -670,8 +670,9 @@ def test_a_gpu_feed_pass_reuses_a_few_buffers_with_every_image_intact(shards):
     each decoder call got each image's exact bytes (a buffer reused before its batch
     was decoded would hand the decoder another chunk's bytes)."""
     decoder = TensorDecoder()
-    loader = turbofeed.DataLoader(shards, gpu_decode=decoder, batch_size=8, num_workers=2, shuffle=True, seed=5,
-                                  transform=T.imagenet_train(32), epoch_size=480)
+    loader = turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(shards)], epoch_size=480), gpu_decode=decoder,
+                                  batch_size=8, num_workers=2, shuffle=True, seed=5,
+                                  transform=T.imagenet_train(32))
     it = iter(loader)
     stage = it.engine.decode
     assert isinstance(stage, ChunkedGpuDecode)

@@ -59,7 +59,8 @@ FIELDS = {"image": "jpg;png", "caption": "txt", "meta": "json?", "label": "cls"}
 
 
 def test_fields_are_paired_with_their_key_under_shuffle(laion):
-    loader = turbofeed.DataLoader(laion, batch_size=8, num_workers=2, shuffle=True, seed=3, fields=FIELDS,
+    loader = turbofeed.DataLoader(turbofeed.Dataset(laion, fields=FIELDS), batch_size=8, num_workers=2, shuffle=True,
+                                  seed=3,
                                   transform=T.imagenet_eval(16))
     seen = []
     for batch in loader:
@@ -78,14 +79,15 @@ def test_fields_are_paired_with_their_key_under_shuffle(laion):
 def test_the_image_field_is_the_same_pixels_as_the_classic_loader(laion):
     kw = dict(batch_size=8, num_workers=2, shuffle=True, seed=5, transform=T.imagenet_train(16))
     classic = [(x, k) for x, _, k in turbofeed.DataLoader(laion, return_keys=True, **kw)]
-    general = [(b["image"], b["__key__"]) for b in turbofeed.DataLoader(laion, fields={"image": "jpg"}, **kw)]
+    general = [(b["image"], b["__key__"]) for b in turbofeed.DataLoader(turbofeed.Dataset(laion, fields={"image": "jpg"}),
+                                                                        **kw)]
     for (cx, ck), (gx, gk) in zip(classic, general, strict=True):
         assert [k.split("/")[1] for k in ck] == gk and torch.equal(cx, gx)
 
 
 def test_masks_keep_their_class_indices(laion):
-    loader = turbofeed.DataLoader(laion, batch_size=10, num_workers=2, fields={"image": "jpg", "mask": "seg.png"},
-                                  decoders={"seg.png": decode_mask}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(laion, fields={"image": "jpg", "mask": "seg.png"}, decoders={"seg.png": decode_mask}),
+                                  batch_size=10, num_workers=2, transform=T.imagenet_eval(16))
     for batch in loader:
         assert batch["mask"].shape == (10, 32, 32) and batch["mask"].dtype == torch.uint8
         for key, mask in zip(batch["__key__"], batch["mask"]):
@@ -96,8 +98,8 @@ def test_masks_keep_their_class_indices(laion):
 
 @pytest.mark.parametrize("on_error", ["replace", "skip", "raise"])
 def test_a_missing_required_field_is_a_bad_sample(laion, on_error):
-    loader = turbofeed.DataLoader(laion, batch_size=10, num_workers=2, on_error=on_error,
-                                  fields={"image": "jpg", "meta": "json"}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(laion, fields={"image": "jpg", "meta": "json"}), batch_size=10,
+                                  num_workers=2, on_error=on_error, transform=T.imagenet_eval(16))
     if on_error == "raise":
         with pytest.raises(SampleError, match=r"fetch: .*laion-00000\.tar/00000: no json member for field 'meta'"):
             list(loader)
@@ -115,17 +117,19 @@ def test_a_missing_required_field_is_a_bad_sample(laion, on_error):
 def test_a_field_that_cannot_be_decoded_names_its_sample_and_field(tmp_path):
     members = [("a.jpg", small_jpeg(1)), ("a.json", b'{"ok": 1}'), ("b.jpg", small_jpeg(2)), ("b.json", b"{not json")]
     path = write_tar(str(tmp_path / "bad.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=2, num_workers=1, on_error="raise",
-                                  fields={"image": "jpg", "meta": "json"}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "meta": "json"}), batch_size=2,
+                                  num_workers=1, on_error="raise", transform=T.imagenet_eval(16))
     with pytest.raises(SampleError, match=r"bad\.tar/b: field 'meta': json member is not valid JSON"):
         list(loader)
 
 
 def test_fields_without_an_image_and_through_the_pipeline(laion):
-    loader = turbofeed.DataLoader(laion, batch_size=16, num_workers=2, fields={"caption": "txt", "label": "cls"})
+    loader = turbofeed.DataLoader(turbofeed.Dataset(laion, fields={"caption": "txt", "label": "cls"}), batch_size=16,
+                                  num_workers=2)
     batch = next(iter(loader))
     assert "image" not in batch and batch["caption"] == [caption(k) for k in batch["__key__"]]
-    pipe = turbofeed.Pipeline(laion, num_workers=2, shuffle=True, fields={"image": "jpg", "caption": "txt"})
+    pipe = turbofeed.Pipeline(turbofeed.Dataset(laion, fields={"image": "jpg", "caption": "txt"}), num_workers=2,
+                              shuffle=True)
     samples = list(pipe)
     assert sorted(s.key for s in samples) == sorted(all_keys())
     assert all(s["caption"] == caption(s.key) and s["image"].shape == (32, 32, 3) for s in samples)
@@ -137,7 +141,8 @@ def test_the_first_listed_extension_wins(tmp_path):
     gray = io.BytesIO()
     Image.fromarray(np.full((20, 24, 3), 7, np.uint8)).save(gray, format="PNG")
     path = write_tar(str(tmp_path / "both.tar"), [("k.jpg", small_jpeg(3)), ("k.png", gray.getvalue())])
-    png_first = next(iter(turbofeed.DataLoader(path, batch_size=1, num_workers=1, fields={"image": "png;jpg"},
+    png_first = next(iter(turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "png;jpg"}), batch_size=1,
+                                               num_workers=1,
                                                transform=T.Compose([T.Resize((20, 24))]))))
     assert png_first["image"].shape == (1, 3, 20, 24) and int(png_first["image"].max()) == 7
 
@@ -152,8 +157,8 @@ def test_resume_with_dict_batches_is_exact(laion):
 
 
 def test_distributed_ranks_split_dict_batches_without_overlap(laion):
-    ranks = [turbofeed.DataLoader(laion, batch_size=7, num_workers=1, shuffle=True, seed=1, rank=r, world_size=2,
-                                  fields={"caption": "txt"}) for r in range(2)]
+    ranks = [turbofeed.DataLoader(turbofeed.Dataset(laion, fields={"caption": "txt"}), batch_size=7, num_workers=1,
+                                  shuffle=True, seed=1, rank=r, world_size=2) for r in range(2)]
     keys = [[k for b in loader for k in b["__key__"]] for loader in ranks]
     assert len(ranks[0]) == len(ranks[1])  # equal steps
     assert not set(keys[0]) & set(keys[1]) and set(keys[0]) | set(keys[1]) == all_keys()
@@ -189,9 +194,8 @@ def segmentation(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("image, tolerance", [("png", 0.75), ("jpg", 1.0)])  # general and native decode
 def test_a_paired_mask_gets_the_image_crop_and_flip_pixel_for_pixel(segmentation, image, tolerance):
-    loader = turbofeed.DataLoader(segmentation, batch_size=8, num_workers=2, shuffle=True, seed=2,
-                                  fields={"image": image, "mx": "mx.png", "my": "my.png"},
-                                  decoders={"mx.png": decode_mask, "my.png": decode_mask}, paired=["mx", "my"],
+    loader = turbofeed.DataLoader(turbofeed.Dataset(segmentation, fields={"image": image, "mx": "mx.png", "my": "my.png"}, decoders={"mx.png": decode_mask, "my.png": decode_mask}),
+                                  batch_size=8, num_workers=2, shuffle=True, seed=2, paired=["mx", "my"],
                                   transform=[T.RandomResizedCrop(24), T.RandomHorizontalFlip()])
     checked = flipped = 0
     for batch in loader:
@@ -218,10 +222,12 @@ def test_nearest_scales_the_window_to_a_mask_of_another_size():
 
 def test_paired_needs_a_field_an_image_and_a_transform(segmentation):
     with pytest.raises(ValueError, match="'depth' is not one of the fields"):
-        turbofeed.DataLoader(segmentation, fields={"image": "png", "mask": "seg.png"}, paired=["depth"],
+        turbofeed.DataLoader(turbofeed.Dataset(segmentation, fields={"image": "png", "mask": "seg.png"}),
+                             paired=["depth"],
                              transform=T.imagenet_eval(16))
     with pytest.raises(ValueError, match="take the crop window of the 'image' field"):
-        turbofeed.DataLoader(segmentation, fields={"image": "png", "mask": "seg.png"}, paired=["mask"])
+        turbofeed.DataLoader(turbofeed.Dataset(segmentation, fields={"image": "png", "mask": "seg.png"}),
+                             paired=["mask"])
 
 
 def test_map_collate_and_classes_on_general_samples(tmp_path):
@@ -236,25 +242,26 @@ def test_map_collate_and_classes_on_general_samples(tmp_path):
         assert fields["__key__"].startswith("k")
         return {**fields, "double": fields["meta"]["w"] * 2}
 
-    loader = turbofeed.DataLoader(path, batch_size=6, num_workers=2, fields={"image": "jpg", "label": "txt",
-                                  "meta": "json"}, classes=classes, map=add_area, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "label": "txt",
+                                  "meta": "json"}, classes=classes), batch_size=6, num_workers=2, map=add_area, transform=T.imagenet_eval(16))
     for batch in loader:
         ids = [{"cat": 2, "dog": 1, "eel": 0}[["cat", "dog", "eel"][int(k[1:]) % 3]] for k in batch["__key__"]]
         assert batch["label"].tolist() == ids  # names mapped through classes=
         assert batch["double"].tolist() == [2 * w["w"] for w in batch["meta"]]  # what map added, collated
-    samples = turbofeed.Pipeline(path, num_workers=2, fields={"meta": "json"}, map=add_area)
+    samples = turbofeed.Pipeline(turbofeed.Dataset(path, fields={"meta": "json"}), num_workers=2, map=add_area)
     assert all(s["double"] == 2 * s["meta"]["w"] for s in samples)
 
     def pairs(samples: list[dict]) -> list[tuple]:
         return [(s["__key__"], tuple(s["image"].shape), s["meta"]["w"]) for s in samples]
 
-    custom = turbofeed.DataLoader(path, batch_size=6, num_workers=2, fields={"image": "jpg", "meta": "json"},
+    custom = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "meta": "json"}), batch_size=6,
+                                  num_workers=2,
                                   collate=pairs, transform=T.imagenet_eval(16))
     out = [p for batch in custom for p in batch]
     assert sorted(out) == [(f"k{i:02d}", (3, 16, 16), i) for i in range(12)]
     assert custom.stats.samples == 12 and custom.stats.batches == 2  # counted whatever collate returns
-    strict = turbofeed.DataLoader(path, batch_size=6, num_workers=1, on_error="raise", fields={"label": "txt"},
-                                  classes=["cat", "dog"])
+    strict = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"label": "txt"}, classes=["cat", "dog"]),
+                                  batch_size=6, num_workers=1, on_error="raise")
     with pytest.raises(SampleError, match="label 'eel' is not one of the 2 classes"):
         list(strict)
     with pytest.raises(ValueError, match="go with fields"):
@@ -262,7 +269,8 @@ def test_map_collate_and_classes_on_general_samples(tmp_path):
 
 
 def test_the_image_field_of_an_image_folder_is_its_file(image_folder):
-    loader = turbofeed.DataLoader(image_folder, batch_size=4, num_workers=1, fields={"image": "jpg;png"},
+    loader = turbofeed.DataLoader(turbofeed.Dataset(image_folder, fields={"image": "jpg;png"}), batch_size=4,
+                                  num_workers=1,
                                   transform=T.imagenet_eval(16))
     batches = list(loader)
     assert sum(len(b["__key__"]) for b in batches) == loader.num_samples

@@ -40,8 +40,8 @@ def test_fields_without_an_image_field_text_and_embeddings(tmp_path):
     for i in range(6):
         members += [(f"k{i:03d}.txt", f"caption {i}".encode()), (f"k{i:03d}.npy", _npy(_embedding(i)))]
     path = write_tar(str(tmp_path / "text.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=2, on_error="raise",
-                                  fields={"caption": "txt", "emb": "npy"}, cache_dir=str(tmp_path / "c"))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"caption": "txt", "emb": "npy"}, cache_dir=str(tmp_path / "c")),
+                                  batch_size=4, num_workers=2, on_error="raise")
     seen = {}
     for batch in loader:
         assert "image" not in batch
@@ -52,8 +52,8 @@ def test_fields_without_an_image_field_text_and_embeddings(tmp_path):
         text, emb = seen[f"k{i:03d}"]
         assert text == f"caption {i}" and np.array_equal(emb, _embedding(i))
     assert sum(loader.stats.errors.values()) == 0
-    pipe = turbofeed.Pipeline(path, num_workers=1, fields={"caption": "txt"}, on_error="raise",
-                              cache_dir=str(tmp_path / "c"))
+    pipe = turbofeed.Pipeline(turbofeed.Dataset(path, fields={"caption": "txt"}, cache_dir=str(tmp_path / "c")),
+                              num_workers=1, on_error="raise")
     assert sorted(s["caption"] for s in pipe) == [f"caption {i}" for i in range(6)]
 
 
@@ -71,9 +71,9 @@ def test_the_image_field_may_be_any_member_name_or_list(tmp_path):
         members += [(f"{key}.depth.png", _png(np.full((32, 32), i, np.uint8))), (f"{key}.txt", f"t{i}".encode())]
         expected[key] = decode(image)
     path = write_tar(str(tmp_path / "rgbd.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=3, num_workers=2, on_error="raise", shuffle=True, seed=1,
-                                  fields={"image": "rgb.jpg;rgb.png", "caption": "txt"},
-                                  transform=[T.CenterCrop(32)], cache_dir=str(tmp_path / "c"))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "rgb.jpg;rgb.png", "caption": "txt"}, cache_dir=str(tmp_path / "c")),
+                                  batch_size=3, num_workers=2, on_error="raise", shuffle=True, seed=1,
+                                  transform=[T.CenterCrop(32)])
     seen = []
     for batch in loader:
         for key, image, text in zip(batch["__key__"], batch["image"], batch["caption"]):
@@ -93,13 +93,13 @@ def test_members_over_64_kib_are_indexed_and_read(tmp_path):
     assert all(len(json.dumps(a)) > 64 * 1024 for a in anns.values())
     path = write_tar(str(tmp_path / "sa.tar"), members)
     cache = str(tmp_path / "c")
-    loader = turbofeed.DataLoader(path, batch_size=2, num_workers=2, on_error="raise",
-                                  fields={"image": "jpg", "ann": "json"}, transform=[T.CenterCrop(32)],
-                                  cache_dir=cache)
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "ann": "json"}, cache_dir=cache),
+                                  batch_size=2, num_workers=2, on_error="raise", transform=[T.CenterCrop(32)])
     got = {k: a for batch in loader for k, a in zip(batch["__key__"], batch["ann"])}
     assert got == anns
-    classic = turbofeed.DataLoader(path, batch_size=4, num_workers=1, on_error="raise", return_keys=True,
-                                   transform=[T.CenterCrop(32)], cache_dir=cache)
+    classic = turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=cache), batch_size=4, num_workers=1,
+                                   on_error="raise", return_keys=True,
+                                   transform=[T.CenterCrop(32)])
     labels = {k: int(y) for _, ys, ks in classic for k, y in zip(ks, ys)}
     assert labels == {f"sa.tar/s{i}": i for i in range(4)}  # read from the shard when the loader opens
 
@@ -112,9 +112,8 @@ def test_a_missing_image_field_is_a_bad_sample_naming_shard_key_and_field(tmp_pa
             members.append((f"k{i}.jpg", small_jpeg(i)))
         members.append((f"k{i}.txt", f"t{i}".encode()))
     path = write_tar(str(tmp_path / "gap.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=3, num_workers=1, on_error=on_error,
-                                  fields={"image": "jpg", "caption": "txt"}, transform=[T.CenterCrop(32)],
-                                  cache_dir=str(tmp_path / "c"))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "caption": "txt"}, cache_dir=str(tmp_path / "c")),
+                                  batch_size=3, num_workers=1, on_error=on_error, transform=[T.CenterCrop(32)])
     if on_error == "raise":
         with pytest.raises(SampleError, match=r"fetch: .*gap\.tar/k3: no jpg member for field 'image' \(the sample "
                                               r"has txt\)"):
@@ -130,10 +129,12 @@ def test_a_sample_without_an_image_is_a_bad_sample_of_a_loader_of_labels(tmp_pat
     members.append(("k9.cls", b"9"))  # a label without its image
     path = write_tar(str(tmp_path / "lost.tar"), members)
     with pytest.raises(SampleError, match=r"fetch: .*lost\.tar/k9: no image member \(has cls\)"):
-        list(turbofeed.DataLoader(path, batch_size=5, num_workers=1, on_error="raise",
-                                  transform=[T.CenterCrop(32)], cache_dir=str(tmp_path / "c")))
-    loader = turbofeed.DataLoader(path, batch_size=5, num_workers=1, on_error="skip",
-                                  transform=[T.CenterCrop(32)], cache_dir=str(tmp_path / "c"))
+        list(turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=str(tmp_path / "c")), batch_size=5, num_workers=1,
+                                  on_error="raise",
+                                  transform=[T.CenterCrop(32)]))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=str(tmp_path / "c")), batch_size=5, num_workers=1,
+                                  on_error="skip",
+                                  transform=[T.CenterCrop(32)])
     assert [int(y) for _, ys in loader for y in ys] == [0, 1, 2, 3] and loader.stats.skipped == 1
 
 
@@ -158,12 +159,14 @@ def test_a_label_outside_int64_is_a_bad_sample_naming_shard_and_key(tmp_path):
     members[5] = ("k2.cls", b"99999999999999999999")  # above 2**63 - 1
     path = write_tar(str(tmp_path / "big.tar"), members)
     cache = str(tmp_path / "c")
-    kw = dict(batch_size=4, num_workers=1, transform=[T.CenterCrop(32)], cache_dir=cache)
-    loader = turbofeed.DataLoader(path, on_error="replace", **kw)  # the dataset opens
+    kw = dict(batch_size=4, num_workers=1, transform=[T.CenterCrop(32)])
+    data = turbofeed.Dataset(path, cache_dir=cache)
+    loader = turbofeed.DataLoader(data, on_error="replace", **kw)  # the dataset opens
     labels = [int(y) for _, ys in loader for y in ys]
     assert len(labels) == 4 and sorted(set(labels)) == [0, 1, 3] and loader.stats.errors["fetch"] == 1
     with pytest.raises(SampleError, match=r"big\.tar/k2: bad \.cls label: integer label 99999999999999999999 "
                                           r"is outside the int64 range"):
-        list(turbofeed.DataLoader(path, on_error="raise", **kw))
+        list(turbofeed.DataLoader(data, on_error="raise", **kw))
     with pytest.raises(SampleError, match=r"big\.tar/k2: field 'label': cls member is outside the int64 range"):
-        list(turbofeed.DataLoader(path, on_error="raise", fields={"image": "jpg", "label": "cls"}, **kw))
+        list(turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "label": "cls"}, cache_dir=cache),
+                                  on_error="raise", **kw))

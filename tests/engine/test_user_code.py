@@ -93,14 +93,15 @@ def test_map_that_raises_or_returns_none_stops_the_dataloader_and_the_pipeline(s
     def tokenize(fields: dict) -> dict:
         return {**fields, "tokens": fields["caption"].split()}  # there is no caption: KeyError
 
-    loader = turbofeed.DataLoader(shard, batch_size=8, num_workers=2, fields={"image": "jpg", "meta": "json"},
+    loader = turbofeed.DataLoader(turbofeed.Dataset(shard, fields={"image": "jpg", "meta": "json"}), batch_size=8,
+                                  num_workers=2,
                                   transform=T.imagenet_eval(16), map=tokenize)
     with pytest.raises(UserCodeError, match=r"map=.*tokenize on .*shard-000000.tar/k\d+: KeyError: 'caption'") as e:
         next(iter(loader))
     assert isinstance(e.value.__cause__, KeyError) and loader.stats.replaced == 0
     assert turbofeed_threads() == []
 
-    pipe = turbofeed.Pipeline(shard, num_workers=2, fields={"meta": "json"}, map=lambda fields: None)
+    pipe = turbofeed.Pipeline(turbofeed.Dataset(shard, fields={"meta": "json"}), num_workers=2, map=lambda fields: None)
     with pytest.raises(UserCodeError, match=r"map=.*<lambda> on .*: returned NoneType, not a dict"):
         pipe.next_batch(4)
     assert turbofeed_threads() == []
@@ -114,11 +115,12 @@ def test_collate_and_batch_transform_errors_raise_naming_the_callable(shard):
         raise ValueError("cannot collate")
 
     fields = {"image": "jpg", "meta": "json"}
-    loader = turbofeed.DataLoader(shard, batch_size=8, num_workers=2, fields=fields, transform=T.imagenet_eval(16),
+    loader = turbofeed.DataLoader(turbofeed.Dataset(shard, fields=fields), batch_size=8, num_workers=2,
+                                  transform=T.imagenet_eval(16),
                                   collate=my_collate)
     with pytest.raises(UserCodeError, match=r"^user code: collate=.*my_collate: ValueError: cannot collate$"):
         next(iter(loader))
-    none_collate = turbofeed.DataLoader(shard, batch_size=8, num_workers=2, fields=fields,
+    none_collate = turbofeed.DataLoader(turbofeed.Dataset(shard, fields=fields), batch_size=8, num_workers=2,
                                         transform=T.imagenet_eval(16), collate=lambda samples: None)
     with pytest.raises(UserCodeError, match=r"collate=.*<lambda>: returned NoneType, not a batch"):
         next(iter(none_collate))

@@ -12,8 +12,8 @@ def test_gpu_decode_with_fields_keeps_the_pairing(tmp_path, stand_in):
     for i in range(20):
         members += [(f"k{i:03d}.jpg", small_jpeg(seed=i)), (f"k{i:03d}.txt", f"caption of k{i:03d}".encode())]
     path = write_tar(str(tmp_path / "pairs.tar"), members)
-    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=2, shuffle=True, gpu_decode=stand_in,
-                                  fields={"image": "jpg", "caption": "txt"}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields={"image": "jpg", "caption": "txt"}), batch_size=8,
+                                  num_workers=2, shuffle=True, gpu_decode=stand_in, transform=T.imagenet_eval(16))
     assert [s.name for s in iter(loader).engine.stages][0] == "decode.gpu"
     keys = []
     for batch in loader:

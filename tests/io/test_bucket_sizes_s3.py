@@ -48,8 +48,9 @@ def test_buckets_over_s3_need_the_index_and_use_its_sizes(s3):
         s3(f"{prefix}s-{s}.tar", tar_bytes(members))
 
     def loader() -> turbofeed.DataLoader:
-        return turbofeed.DataLoader(prefix, batch_size=4, buckets=BUCKETS, transform=Compose([BucketResize(BUCKETS)]),
-                                    return_keys=True, num_workers=2, streaming=False)
+        return turbofeed.DataLoader(turbofeed.Dataset(prefix, streaming=False), batch_size=4, buckets=BUCKETS,
+                                    transform=Compose([BucketResize(BUCKETS)]),
+                                    return_keys=True, num_workers=2)
 
     with pytest.raises(DatasetError, match=r"s-0\.tar.*turbofeed index"):
         loader()

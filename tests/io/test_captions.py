@@ -66,7 +66,8 @@ def test_the_fields_line_of_the_warning_loads_the_captions(tmp_path, caplog):
     line = warning.split("fields=", 1)[1].split("); if", 1)[0]
     assert line == '{"image": "jpg", "caption": "txt"}'
     caplog.clear()
-    loader = turbofeed.DataLoader(path, batch_size=8, fields=json.loads(line), transform=T.imagenet_eval(32))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, fields=json.loads(line)), batch_size=8,
+                                  transform=T.imagenet_eval(32))
     batch = next(iter(loader))
     assert batch["caption"] == CAPTIONS and tuple(batch["image"].shape) == (8, 3, 32, 32)
     assert _caption_warnings(caplog) == []  # asked for fields: nothing is read as a label
@@ -116,7 +117,8 @@ def test_txt_class_names_with_classes_are_labels(tmp_path, caplog):
     path = _write(tmp_path / "s.tar", [{"__key__": f"k{i}", "jpg": small_jpeg(i), "txt": n}
                                        for i, n in enumerate(["dog", "cat", "dog"])])
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    loader = turbofeed.DataLoader(path, batch_size=3, classes=["cat", "dog"], transform=T.imagenet_eval(32))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, classes=["cat", "dog"]), batch_size=3,
+                                  transform=T.imagenet_eval(32))
     assert next(iter(loader))[1].tolist() == [1, 0, 1]
     assert _caption_warnings(caplog) == []
     assert Dataset(path).labels.tolist() == [-1, -1, -1]  # without classes: captions

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from builders import small_jpeg, tar_bytes, write_tar
 
+import turbofeed
 from turbofeed.errors import DatasetError
 from turbofeed.io import Dataset, resolve
 from turbofeed.io.columns import JoinedColumn, LabelColumn, StrColumn
@@ -173,8 +174,9 @@ def test_loader_epochs_are_the_same_with_and_without_the_index(shards, tmp_path)
     data = shutil.copytree(shards, str(tmp_path / "data"))
 
     def epoch() -> list:
-        loader = turbofeed.DataLoader(data, batch_size=16, num_workers=2, shuffle=True, seed=5, return_keys=True,
-                                      transform=transforms.imagenet_train(40), cache_dir=str(tmp_path / "cache"))
+        loader = turbofeed.DataLoader(turbofeed.Dataset(data, cache_dir=str(tmp_path / "cache")), batch_size=16,
+                                      num_workers=2, shuffle=True, seed=5, return_keys=True,
+                                      transform=transforms.imagenet_train(40))
         out = [(x.clone(), y.clone(), keys) for x, y, keys in loader]
         loader.close()
         return out

@@ -120,7 +120,7 @@ def test_unknown_option_is_refused_before_opening(array_dataset):
     with pytest.raises(ValueError, match=r"unknown format_options \['image'\].*'images'"):
         Dataset(array_dataset("parquet"), format_options={"image": "img"})
     with pytest.raises(ValueError, match="unknown format_options"):
-        turbofeed.DataLoader(array_dataset("parquet"), format_options={"label_column": "y"})
+        turbofeed.DataLoader(turbofeed.Dataset(array_dataset("parquet"), format_options={"label_column": "y"}))
 
 
 @pytest.mark.parametrize("module,layout,extra", [

@@ -127,12 +127,13 @@ def test_both_front_ends_index_in_memory(tmp_path, front):
     cache = tmp_path / "cache"
     before = _snapshot(data)
     if front == "DataLoader":
-        loader = turbofeed.DataLoader(data, batch_size=4, num_workers=1, cache_dir=str(cache), index=False)
+        loader = turbofeed.DataLoader(turbofeed.Dataset(data, cache_dir=str(cache), index=False), batch_size=4,
+                                      num_workers=1)
         _in_memory(loader.dataset)
         labels = sorted(int(y) for _, ys in loader for y in ys)
         loader.close()
     else:
-        pipe = turbofeed.Pipeline(data, num_workers=1, cache_dir=str(cache), index=False)
+        pipe = turbofeed.Pipeline(turbofeed.Dataset(data, cache_dir=str(cache), index=False), num_workers=1)
         _in_memory(pipe.dataset)
         pipe.start()
         labels = sorted(s.label for s in pipe.next_batch(12))
@@ -180,7 +181,7 @@ def test_damaged_shards_are_reported_as_with_the_automatic_index(tmp_path):
     assert errors[0] == errors[1] and "s-1.tar" in errors[0], errors
     for where, index in ((data, False), (auto_data, None)):
         with pytest.raises(DatasetError, match="s-1.tar"):
-            turbofeed.DataLoader(where, batch_size=4, num_workers=1, on_error="raise", index=index)
+            turbofeed.DataLoader(turbofeed.Dataset(where, index=index), batch_size=4, num_workers=1, on_error="raise")
 
 
 def test_a_loader_over_damaged_shards_skips_as_with_the_automatic_index(tmp_path):
@@ -189,8 +190,8 @@ def test_a_loader_over_damaged_shards_skips_as_with_the_automatic_index(tmp_path
     shutil.copytree(data, auto_data)
     got = []
     for where, index in ((data, False), (auto_data, None)):
-        loader = turbofeed.DataLoader(where, batch_size=2, num_workers=1, on_error="skip", return_keys=True,
-                                      index=index)
+        loader = turbofeed.DataLoader(turbofeed.Dataset(where, index=index), batch_size=2, num_workers=1,
+                                      on_error="skip", return_keys=True)
         got.append((sorted((k, int(y)) for _, ys, ks in loader for k, y in zip(ks, ys)),
                     sorted(os.path.basename(p) for p in loader.stats.damaged_shards)))
         loader.close()

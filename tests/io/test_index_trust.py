@@ -264,17 +264,18 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
     if front == "DataLoader":
         assert not os.path.exists(Dataset(data, index=False).index.path)  # built in memory, out not used
         assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
-        loader = turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=out)
+        loader = turbofeed.DataLoader(turbofeed.Dataset(data, index=out), batch_size=4, num_workers=1)
         assert loader.dataset.index.path == out
         loader.close()
     else:
-        pipe = turbofeed.Pipeline(data, num_workers=1, index=out)
+        pipe = turbofeed.Pipeline(turbofeed.Dataset(data, index=out), num_workers=1)
         assert pipe.dataset.index.path == out
         pipe.start()
         got = [(s.key, s.label) for s in pipe.next_batch(12)]
         pipe.stop()
         assert got == _expected(("a", 1), ("b", 2), ("c", 3))
-        assert not os.path.exists(turbofeed.Pipeline(data, num_workers=1, index=False).dataset.index.path)
+        assert not os.path.exists(turbofeed.Pipeline(turbofeed.Dataset(data, index=False),
+                                                     num_workers=1).dataset.index.path)
 
 
 def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, caplog):
@@ -286,7 +287,8 @@ def test_an_explicit_index_that_is_damaged_is_refused_with_a_warning(tmp_path, c
         assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
     assert f"{out}: damaged dataset index (checksum mismatch)" in caplog.text
     with pytest.raises(turbofeed.DatasetError, match="no dataset index at"):
-        turbofeed.DataLoader(data, batch_size=4, num_workers=1, index=str(tmp_path / "missing.index"))
+        turbofeed.DataLoader(turbofeed.Dataset(data, index=str(tmp_path / "missing.index")), batch_size=4,
+                             num_workers=1)
 
 
 def test_a_write_that_fails_leaves_neither_the_index_nor_its_temporary_file(tmp_path):

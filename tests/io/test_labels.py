@@ -45,7 +45,7 @@ def test_explicit_classes_give_the_same_ids_to_train_and_val(tmp_path):
     classes = ["cat", "dog", "emu"]
     assert Dataset(train, classes=classes).labels.tolist() == [0, 1, 2, 0]
     assert Dataset(val, classes=classes).labels.tolist() == [2, 1]
-    loader = turbofeed.DataLoader(val, batch_size=2, classes=classes, transform=T.imagenet_eval(32))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(val, classes=classes), batch_size=2, transform=T.imagenet_eval(32))
     assert loader.class_names == classes
     assert next(iter(loader))[1].tolist() == [2, 1]
     loader.close()

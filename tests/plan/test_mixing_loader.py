@@ -68,7 +68,7 @@ def test_weights_are_deterministic_and_labels_follow_the_samples(two):
 
 
 def test_weights_must_match_the_data_list(two):
-    with pytest.raises(ValueError, match="one weight per dataset"):
+    with pytest.raises(ValueError, match="one number per dataset"):
         load(list(two), weights=[1, 2, 3])
     with pytest.raises(ValueError, match="epoch_size"):
         load(list(two), epoch_size=0)

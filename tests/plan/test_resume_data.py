@@ -76,7 +76,7 @@ def test_the_same_data_copied_elsewhere_resumes_exactly_with_or_without_the_data
             build_index(copy, cache_dir=str(tmp_path / "cache"), progress=False)
 
         def there() -> turbofeed.DataLoader:
-            loader = turbofeed.DataLoader(copy, cache_dir=str(tmp_path / "cache"), index=None if indexed else False,
+            loader = turbofeed.DataLoader(turbofeed.Dataset(copy, cache_dir=str(tmp_path / "cache"), index=None if indexed else False),
                                           **options())
             assert isinstance(loader.dataset.sources[0].table.keys, StrColumn) == indexed  # the other representation
             return loader

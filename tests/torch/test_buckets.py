@@ -265,13 +265,15 @@ def test_an_image_folder_has_its_sizes_read_and_a_wrong_transform_is_refused(tmp
         os.makedirs(tmp_path / "f" / f"c{i % 2}", exist_ok=True)
         photo(h, w, seed=i).save(tmp_path / "f" / f"c{i % 2}" / f"{i:03d}.png")
         truth[i] = (h, w)
-    loader = turbofeed.DataLoader(str(tmp_path / "f"), batch_size=2, buckets=BUCKETS, num_workers=2,
-                                  transform=Compose([BucketResize(BUCKETS)]), classes=["c0", "c1"])
+    loader = turbofeed.DataLoader(turbofeed.Dataset(str(tmp_path / "f"), classes=["c0", "c1"]), batch_size=2,
+                                  buckets=BUCKETS, num_workers=2,
+                                  transform=Compose([BucketResize(BUCKETS)]))
     shapes = [tuple(x.shape) for x, _ in loader]
     per_bucket = np.bincount([_bucket_of(*hw) for hw in truth.values()], minlength=3)  # 3, 6, 3
     assert sorted(shapes) == sorted(s for b, n in enumerate(per_bucket) for s in [(2, 3, *BUCKETS[b])] * -(-n // 2))
     with pytest.raises(ValueError, match="other buckets"):
-        turbofeed.DataLoader(str(tmp_path / "f"), batch_size=2, buckets="aspect", classes=["c0", "c1"],
+        turbofeed.DataLoader(turbofeed.Dataset(str(tmp_path / "f"), classes=["c0", "c1"]), batch_size=2,
+                             buckets="aspect",
                              transform=Compose([BucketResize(BUCKETS)]))
 
 
@@ -297,8 +299,8 @@ def test_fields_batches_and_ratio_buckets_sized_to_an_area(tmp_path):
     ratios = [0.5, 1.0, 2.0]
     resize = BucketResize(ratios, area=32 * 32, multiple=8)
     assert resize.buckets.sizes == ((48, 24), (32, 32), (24, 48))
-    loader = turbofeed.DataLoader(data, batch_size=4, buckets=ratios, num_workers=2, transform=Compose([resize]),
-                                  fields={"image": "jpg", "label": "cls"})
+    loader = turbofeed.DataLoader(turbofeed.Dataset(data, fields={"image": "jpg", "label": "cls"}), batch_size=4,
+                                  buckets=ratios, num_workers=2, transform=Compose([resize]))
     keys = []
     for batch in loader:  # __key__ is the sample key; truth names shard-0.tar/KEY
         batch["__key__"] = [f"shard-0.tar/{k}" for k in batch["__key__"]]
@@ -307,7 +309,8 @@ def test_fields_batches_and_ratio_buckets_sized_to_an_area(tmp_path):
         keys += batch["__key__"]
     assert sorted(keys) == sorted(truth)
     with pytest.raises(ValueError, match="streaming"):
-        turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]), streaming=True)
+        turbofeed.DataLoader(turbofeed.Dataset(data, streaming=True), batch_size=4, buckets=ratios,
+                             transform=Compose([resize]))
     with pytest.raises(ValueError, match="apply_exif_orientation"):
         turbofeed.DataLoader(data, batch_size=4, buckets=ratios, transform=Compose([resize]),
                              apply_exif_orientation=True)

@@ -111,7 +111,8 @@ def test_return_keys_with_collate_fn_gives_the_batch_and_its_keys(shards):
 
     batch = next(iter(loader_for(shards, collate_fn=as_dict)))
     assert sorted(batch) == ["__key__", "images", "n"] and batch["__key__"] == want[0][2]
-    fields = turbofeed.DataLoader(shards, batch_size=8, fields={"image": "jpg", "label": "cls"}, return_keys=True,
+    fields = turbofeed.DataLoader(turbofeed.Dataset(shards, fields={"image": "jpg", "label": "cls"}), batch_size=8,
+                                  return_keys=True,
                                   transform=T.imagenet_eval(16), collate=lambda s: [x["__key__"] for x in s])
     batch, keys = next(iter(fields))
     assert len(keys) == 8 and batch == [k.split("/")[1] for k in keys]
@@ -129,12 +130,13 @@ def test_collate_fn_with_fields_is_collate(shards):
     def first_keys(samples):
         return [s["__key__"] for s in samples]
 
-    loader = turbofeed.DataLoader(shards, batch_size=4, fields={"image": "jpg", "label": "cls"},
+    loader = turbofeed.DataLoader(turbofeed.Dataset(shards, fields={"image": "jpg", "label": "cls"}), batch_size=4,
                                   transform=T.imagenet_eval(16), collate_fn=first_keys)
     batch = next(iter(loader))
     assert isinstance(batch, list) and len(batch) == 4 and all(isinstance(k, str) for k in batch)
     with pytest.raises(ValueError, match="give one of them"):
-        turbofeed.DataLoader(shards, fields={"image": "jpg"}, collate_fn=first_keys, collate=first_keys)
+        turbofeed.DataLoader(turbofeed.Dataset(shards, fields={"image": "jpg"}), collate_fn=first_keys,
+                             collate=first_keys)
     with pytest.raises(ValueError, match="collate= takes the sample dicts of fields="):
         turbofeed.DataLoader(shards, collate=first_keys)
 

@@ -5,7 +5,8 @@ is wrapped with :func:`accepts_renamed`; a call with the old name then does what
 one does, with one ``DeprecationWarning`` per call pointing at the caller's line and
 naming the keyword to write instead. A call with both names raises ``TypeError``, as a
 keyword given twice does. The signature (``inspect.signature``, ``help()``, type
-checkers) shows only the new name.
+checkers) shows only the new name. (DataLoader and Pipeline take no ``storage=``: on
+them ``s3=`` is one of the old data keywords, ``turbofeed.datasets.OLD_LOADER_KEYWORDS``.)
 
 =======  ===========  ===============================================================
 old      new          why

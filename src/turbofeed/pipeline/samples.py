@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -12,10 +11,9 @@ from typing import Any
 import numpy as np
 
 from ..base.ranks import RankChoice
-from ..base.renamed import accepts_renamed
 from ..base.stageinfo import StageInfo
 from ..base.threads import choose_threads
-from ..datasets import Dataset as DatasetSpec, Mix, data_args
+from ..datasets import MIX_OPTIONS, OLD_LOADER_KEYWORDS, OPTIONS, Dataset as DatasetSpec, Mix, data_args, described
 from ..decode import decode
 from ..decode.field_specs import FieldOptions
 from ..decode.orientation import orientation, upright
@@ -25,11 +23,14 @@ from ..engine.run import BatchStage, Engine
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded
-from ..io import Dataset, PathSpec, S3Config
+from ..io import Dataset, PathSpec
 from ..plan import make_epoch_plan
 from ..transforms import Compose, hwc_pixels
 
 _CHUNK = 32  # samples per unit of work inside the pipeline; next_batch(n) regroups them
+#: The Dataset options a Pipeline reads (not ``streaming``), and its old data keywords (one release)
+_DATA_KEYWORDS = tuple(name for name in OPTIONS if name != "streaming")
+_OLD_KEYWORDS = tuple(name for name in OLD_LOADER_KEYWORDS if name not in (*MIX_OPTIONS, "streaming"))
 
 
 @dataclass
@@ -121,10 +122,12 @@ class Pipeline:
 
     Args:
         tar_paths: a :class:`turbofeed.Dataset` (what the data is and how it is read:
-            then none of ``format``, ``format_options``, ``storage``, ``cache_dir``,
-            ``classes``, ``fields``, ``decoders``, ``index`` here), a
+            ``format``, ``storage``, ``classes``, ``fields``, ``index``...), a
             :func:`turbofeed.mix` of them without weights (read one after the other), or
-            any path :class:`turbofeed.DataLoader` accepts (tars, patterns, folders).
+            paths, as :class:`turbofeed.DataLoader` takes them (``Dataset(paths)``). The
+            data keywords given here instead (``format=``, ``fields=``...) are still
+            accepted for one release, with a ``DeprecationWarning`` naming the
+            ``turbofeed.Dataset(...)`` to pass.
         num_workers: worker threads; None (default): the cores this process may use divided
             by the ranks on this node (as :class:`turbofeed.DataLoader`).
         decode_jpeg: decode images (else samples carry the encoded bytes).
@@ -150,24 +153,9 @@ class Pipeline:
             decoder refuses (CMYK, ...) is decoded on the CPU and counted there too; one
             nobody can decode goes through ``on_error``. Only with ``decode_jpeg``.
         device_id: the GPU for ``gpu_decode=True`` (``cuda:<device_id>``).
-        storage: where the object stores are and how to reach them: endpoint, credentials,
-            cache and retry settings for ``s3://`` paths, and (its ``gcs``/``azure``/``http``
-            fields) for ``gs://``, ``az://`` and ``https://`` ones (a :class:`turbofeed.S3Config`,
-            which configures every store; default: each ecosystem's variables). Was ``s3=``,
-            accepted for one release with a ``DeprecationWarning``.
-        format, format_options: what the paths are and the names inside HDF5, Zarr, .npy
-            and Parquet sources (as for :class:`turbofeed.DataLoader`).
-        classes: class names in id order for labels given by name (as for
-            :class:`turbofeed.DataLoader`).
-        fields, decoders, paired, map: general samples (as for :class:`turbofeed.DataLoader`):
-            each sample's other fields in ``sample.fields`` and ``sample["name"]``.
-        index: the dataset index: None (default) finds it next to the data or in the index
-            cache, and for local tar shards builds it (or the shards changed since) when
-            missing, written for the next loaders; a path or ``s3://`` URL names one
-            written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False builds the index in memory for this process, by the same reads,
-            and looks for, uses and writes no index file. A
-            damaged or untrusted index is not used (one warning); see docs/index.md.
+        paired, map: general samples (a Dataset with ``fields``; as for
+            :class:`turbofeed.DataLoader`): each sample's other fields in ``sample.fields``
+            and ``sample["name"]``.
         user_errors: ``"raise"`` (default): an exception from ``map`` (or a result that is not
             a dict) stops the epoch with :class:`turbofeed.UserCodeError` naming ``map``,
             the shard and the key; ``"bad_sample"`` makes it a bad sample (``on_error``).
@@ -190,23 +178,17 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
-    @accepts_renamed
     def __init__(self, tar_paths: DatasetSpec | Mix | PathSpec, num_workers: int | None = None,
                  decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
                  on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
                  enable_distributed: bool | None = None,
                  gpu_decode: bool | Any = False, device_id: int = 0, prefetch: int | None = None,
-                 cache_dir: str | None = None, format: str | None = None,
-                 format_options: dict | None = None, storage: S3Config | None = None,
-                 classes: list[str] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
-                 map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
-                 apply_exif_orientation: bool = False,
-                 index: str | os.PathLike | bool | None = None) -> None:
-        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
-        given = data_args(tar_paths, "Pipeline", format=format, format_options=format_options, storage=storage,
-                          cache_dir=cache_dir, classes=classes, fields=fields, decoders=decoders, index=index)
+                 paired: Sequence[str] = (), map: Callable[[dict], dict] | None = None, user_errors: str = "raise",
+                 apply_exif_orientation: bool = False, **data_keywords: Any) -> None:
+        # the old data keywords (one release) folded into the Dataset they describe, with one warning
+        tar_paths = described(tar_paths, data_keywords, "Pipeline", _OLD_KEYWORDS)
+        given = data_args(tar_paths, "Pipeline", **dict.fromkeys(_DATA_KEYWORDS))
         tar_paths, format, format_options, storage, cache_dir, classes, fields, decoders, index = given[:9]
         self.user_errors = check_user_errors(user_errors)
         self.apply_exif_orientation = apply_exif_orientation

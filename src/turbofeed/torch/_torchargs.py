@@ -7,9 +7,10 @@ naming what to use instead, never a bare ``TypeError``:
 =========================  ==========================================================
 torch argument             in turbofeed
 =========================  ==========================================================
-``dataset``                ``data`` (paths, a brace pattern, a folder, ``s3://``); a
-                           torch ``Dataset`` object is refused: turbofeed reads the
-                           files itself
+``dataset``                ``data`` (an alias, not deprecated: a
+                           :class:`turbofeed.Dataset`, a ``mix``, paths); a torch
+                           ``Dataset`` object is refused: turbofeed reads the files
+                           itself
 ``batch_size``             as torch; ``None`` (unbatched samples) is refused
 ``shuffle``, ``drop_last`` as torch (``None`` is ``False``)
 ``num_workers``            threads; ``0`` decodes in the consumer's thread, as torch
@@ -37,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-#: Arguments of the constructor that are configuration, not what the caller wrote:
-#: :func:`constructor_arguments` leaves them out.
-_NOT_ARGUMENTS = ("self", "__class__")
+#: Locals of the constructor that a copy is not rebuilt from: :func:`constructor_arguments`
+#: leaves them out (torch's ``dataset=`` and the old data keywords are folded into ``data``).
+_NOT_ARGUMENTS = ("self", "__class__", "dataset", "data_keywords")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class TorchArgs:
     """What the torch arguments came to (see the module table).
 
     Attributes:
-        data: the data (``data``, or torch's ``dataset=``).
+        data: the data, as given (:func:`torch_data`).
         shuffle: ``shuffle`` as a bool (torch's default ``None`` is ``False``).
         seed: the order's seed (``generator``'s initial seed when given).
         prefetch: batches decoded ahead (``prefetch_factor`` when given).
@@ -89,7 +90,7 @@ def _refuse(name: str, why: str) -> ValueError:
     return ValueError(f"turbofeed.DataLoader: {name}= is not supported: {why}")
 
 
-def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset: Any, sampler: Any, batch_sampler: Any,
+def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, sampler: Any, batch_sampler: Any,
                     collate_fn: Any, collate: Any, timeout: float, worker_init_fn: Any,
                     multiprocessing_context: Any, generator: Any, seed: int, prefetch_factor: int | None,
                     prefetch: int, persistent_workers: bool, pin_memory_device: str,
@@ -101,9 +102,8 @@ def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset
     Raises:
         ValueError: an argument turbofeed has no meaning for (one line: why, and what
             to use instead), or a value torch would refuse too.
-        TypeError: a torch ``Dataset`` object as the data, or no data at all.
+        TypeError: a ``batch_size`` or ``generator`` of the wrong type.
     """
-    data = _data(data, dataset)
     if batch_size is None:
         raise ValueError("turbofeed.DataLoader: batch_size=None (torch's unbatched samples) is not supported: "
                          "turbofeed always batches; use batch_size=1 and take element 0 of each batch")
@@ -151,7 +151,12 @@ def torch_arguments(*, data: Any, batch_size: Any, shuffle: bool | None, dataset
                      collate_pairs=collate_fn, timeout=float(timeout), generator=generator)
 
 
-def _data(data: Any, dataset: Any) -> Any:
+def torch_data(data: Any, dataset: Any) -> Any:
+    """The data, given as ``data`` or under torch's name ``dataset=``.
+
+    Raises:
+        TypeError: both, neither, or a torch ``Dataset`` object.
+    """
     if data is not None and dataset is not None:
         raise TypeError("turbofeed.DataLoader: data and dataset= name the same thing: give one of them")
     data = dataset if data is None else data

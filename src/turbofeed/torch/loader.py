@@ -14,22 +14,21 @@ from typing import Any
 import torch
 
 from ..base.ranks import RankChoice
-from ..base.renamed import accepts_renamed
 from ..base.threads import choose_threads
-from ..datasets import Dataset, Mix, data_args
+from ..datasets import OLD_LOADER_KEYWORDS, OPTIONS, Dataset, Mix, data_args, described
 from ..decode.field_specs import FieldOptions
 from ..engine.choose import Source, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
-from ..io import PathSpec, S3Config
+from ..io import PathSpec
 from ..plan import EpochDraw, StreamLayout
 from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
 from ._planning import LoaderPlanning
-from ._torchargs import constructor_arguments, torch_arguments
+from ._torchargs import constructor_arguments, torch_arguments, torch_data
 from .buckets import loader_buckets
 from .device import gpu_available
 
@@ -39,20 +38,21 @@ log = logging.getLogger("turbofeed")
 class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
-    Two kinds of arguments. *What the data is*: ``data`` and ``format``,
-    ``format_options``, ``storage``, ``cache_dir``, ``classes``, ``fields``, ``decoders``,
-    ``index``, ``streaming`` (and, to mix datasets, ``weights``, ``epoch_size``,
-    ``resample``): prefer describing it once as a :class:`turbofeed.Dataset` (or
-    :func:`turbofeed.mix` of them) and passing that as ``data``; the keywords are the short
-    form for a path, and giving one with a description is a ``TypeError`` naming it.
-    *How batches are made*: all the others (batch size, order, transforms, threads,
-    device, errors, ranks).
+    Two kinds of arguments. *What the data is* (paths, ``format``, ``storage``,
+    ``classes``, ``fields``, ``index``, ``streaming``...): described once as a
+    :class:`turbofeed.Dataset`, or a :func:`turbofeed.mix` of them (``weights``,
+    ``epoch_size``, ``resample``), and passed as ``data``. *How batches are made*: the
+    arguments below (batch size, order, transforms, threads, device, errors, ranks).
+    The data keywords this loader took before (``format=``, ``fields=``, ``weights=``,
+    ``s3=``...) are still accepted for one release: they make the ``Dataset``/``mix``
+    they describe, with one ``DeprecationWarning`` naming it; with a description that
+    holds one, they are a ``TypeError``.
 
     Args:
-        data: a :class:`turbofeed.Dataset`, a :func:`turbofeed.mix` of them, or (the short
-            form, with the data keywords below) a path, a list, a brace pattern
-            (``shard-{000000..000146}.tar``), a glob, a folder of ``.tar`` shards, or an
-            ImageFolder root.
+        data: a :class:`turbofeed.Dataset`, a :func:`turbofeed.mix` of them, or paths
+            (``Dataset(paths)``: a path, a list, a brace pattern
+            ``shard-{000000..000146}.tar``, a glob, a folder of ``.tar`` shards, an
+            ImageFolder root, ``s3://``...). Also taken as ``dataset=``, torch's name.
         batch_size: samples per batch.
         num_workers: worker threads (decode and resize release the GIL). None (default):
             the cores this process may use (CPU affinity, cgroup quota) divided by the
@@ -110,66 +110,19 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             CPU threads in proportion to the speed each has shown (timed per batch,
             smoothed); ``hybrid_share`` is the GPU's current fraction. The CPU part goes
             through pinned uint8 host slots, normalised on the device like the GPU part.
-        cache_dir: turbofeed's cache: the index cache, the node cache (default ``~/.cache/turbofeed``).
-        index: the dataset index: None (default) finds it next to the data or in the index
-            cache, and for local tar shards builds it (or the shards changed since) when
-            missing, written for the next loaders; a path or ``s3://`` URL names one
-            written elsewhere (``turbofeed index DATA --out PATH``; an error if there is
-            none there); False builds the index in memory for this process, by the same reads,
-            and looks for, uses and writes no index file. A
-            damaged or untrusted index is not used (one warning); see docs/index.md.
-        format: what every path is (``"tar"``, ``"folder"``, ``"hdf5"``, ``"zarr"``, ``"npy"``,
-            ``"parquet"``, ``"tfrecord"``) when its extension does not say; see ``docs/formats.md``.
-        format_options: names of the images/labels/keys datasets, arrays or columns in
-            HDF5, Zarr, .npy and Parquet sources (TFRecord: feature names), e.g. ``{"images": "img", "labels": "y"}``.
-        storage: where the object stores are and how to reach them: endpoint, credentials,
-            cache and retry settings for ``s3://`` paths, and (its ``gcs``/``azure``/``http``
-            fields) for ``gs://``, ``az://`` and ``https://`` ones (a :class:`turbofeed.S3Config`,
-            which configures every store; default: each ecosystem's variables). Was ``s3=``,
-            accepted for one release with a ``DeprecationWarning``.
         return_keys: yield ``(images, labels, keys)``, keys being the sample keys
             (``shard-000003.tar/00001234``) actually delivered, replacements included.
             With ``collate_fn`` (or ``collate``): ``(batch, keys)``, ``batch`` being what
             it returned, whatever its type; a dict batch instead gets ``"__key__"`` (when
-            it has none: ``fields=`` batches hold the sample keys already).
-        classes: class names in id order, for labels given by name (``.txt``, JSON
-            strings, ImageFolder folders): the name ``classes[i]`` gets id ``i`` in every
-            loader, whichever names its data holds (train and val agree). Without it, ids
-            follow the sorted names found, with a warning. See :mod:`turbofeed.io.labels`.
-            With ``fields``: a ``label`` field given by name gets its id.
+            it has none: batches of ``fields`` hold the sample keys already).
         batch_transform: ``fn(images, labels)`` run once per delivered batch, on its
             device (Mixup/CutMix, GPU augmentations); returns ``(images, labels)`` or the
-            images alone; with ``fields``, ``fn(batch) -> batch``. An exception or a None
-            result raises :class:`turbofeed.UserCodeError`.
-        fields: general samples: ``{"image": "jpg;png", "caption": "txt", "meta": "json?"}``
-            yields dict batches (``image`` through ``transform``, other members decoded
-            by type, ``__key__``, ``__url__``; ``?``: optional); see docs/samples.md.
-        decoders: ``{ext: fn(bytes)}`` overriding how a field's member is decoded.
-        paired, map, collate: fields given the image's crop window and flip (masks:
-            ``paired=["mask"]``); ``map(fields) -> fields`` per sample; ``collate(samples)``
-            instead of the default dict batch. See docs/samples.md.
-        streaming: read the shards block by block (see docs/streaming.md): a two-level
-            shuffle (shard order, then samples inside blocks of shards that fit half the
-            node cache), each ``s3://`` shard downloaded whole ahead of its block and
-            released after it, the nodes reading disjoint shards. Default (None): on when
-            the ``s3://`` shards exceed the node cache (``S3Config.cache_max_bytes``).
-        weights: mix several datasets (prefer :func:`turbofeed.mix`, which takes these three):
-            ``data`` is a list of datasets (folders, globs, ``s3://`` prefixes, or a list
-            of paths for one dataset) and each gets this share of every epoch's samples
-            (exactly, by largest remainder; in expectation with ``resample``), repeating
-            its samples only when its share exceeds its size. Deterministic per (seed,
-            epoch) and resumable.
-        epoch_size: samples per epoch (default: every sample once); with ``resample``,
-            the length of each "epoch" of an infinite stream.
-        resample: draw with replacement: every position of the epoch is a sample drawn
-            at random (every sample of a dataset equally likely; the dataset by
-            ``weights``), a pure function of (seed, epoch, position) computed when it is
-            read, so any ``epoch_size`` (``2_000_000_000``) starts at once in memory that
-            does not grow with it (:mod:`turbofeed.plan.resampled`); the draws are in
-            random order already, whatever ``shuffle`` says. Streamed: whole
-            shards drawn with replacement (WebDataset's resampled shards), lazily too,
-            round by round (:mod:`turbofeed.plan.stream_rounds`); ``shuffle`` shuffles
-            the samples inside each block.
+            images alone; with a Dataset's ``fields``, ``fn(batch) -> batch``. An
+            exception or a None result raises :class:`turbofeed.UserCodeError`.
+        paired, map, collate: with a Dataset's ``fields``: fields given the image's
+            crop window and flip (masks: ``paired=["mask"]``); ``map(fields) -> fields``
+            per sample; ``collate(samples)`` instead of the default dict batch. See
+            docs/samples.md.
         apply_exif_orientation: turn each image upright by its EXIF Orientation tag
             (1-8, as ``PIL.ImageOps.exif_transpose`` does) before the crop window is
             chosen, on every decode path (torchvision's name; default False, as
@@ -202,29 +155,26 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
                 ...
     """
 
-    @accepts_renamed
     def __init__(self, data: Dataset | Mix | PathSpec | None = None, batch_size: int = 64,
                  num_workers: int | None = None, shuffle: bool = False, *, seed: int = 0, drop_last: bool = False,
                  transform: Compose | list | None = None,
                  enable_distributed: bool | None = None, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device | None = None, pin_memory: bool | None = None,
                  channels_last: bool = False, prefetch: int = 2, on_error: str = "replace",
-                 gpu_decode: bool | Any = False, cache_dir: str | None = None, return_keys: bool = False,
-                 format: str | None = None, format_options: dict | None = None, storage: S3Config | None = None,
-                 hybrid: bool = False, classes: list[str] | None = None,
-                 batch_transform: Callable[..., Any] | None = None, fields: dict[str, str] | None = None,
-                 decoders: dict[str, Callable[[bytes], Any]] | None = None, paired: Sequence[str] = (),
+                 gpu_decode: bool | Any = False, return_keys: bool = False, hybrid: bool = False,
+                 batch_transform: Callable[..., Any] | None = None, paired: Sequence[str] = (),
                  map: Callable[[dict], dict] | None = None, collate: Callable[[list[dict]], Any] | None = None,
-                 streaming: bool | None = None, weights: Sequence[float] | None = None,
-                 epoch_size: int | None = None, resample: bool = False, user_errors: str = "raise",
-                 apply_exif_orientation: bool = False, index: str | os.PathLike | bool | None = None,
+                 user_errors: str = "raise", apply_exif_orientation: bool = False,
                  buckets: str | Sequence | None = None,
                  # torch.utils.data.DataLoader's own arguments: torch/_torchargs.py says what each comes to
-                 dataset: Dataset | Mix | PathSpec | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 sampler: Any = None, batch_sampler: Any = None,
                  collate_fn: Callable[[list], Any] | None = None, timeout: float = 0, worker_init_fn: Any = None,
                  multiprocessing_context: Any = None, generator: torch.Generator | None = None,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
-                 pin_memory_device: str = "", in_order: bool = True) -> None:
+                 pin_memory_device: str = "", in_order: bool = True, **data_keywords: Any) -> None:
+        dataset = data_keywords.pop("dataset", None)  # torch's name of data: an alias, not deprecated
+        # the old data keywords (one release) folded into the Dataset or mix() they describe, with one warning
+        data = described(torch_data(data, dataset), data_keywords, "DataLoader", OLD_LOADER_KEYWORDS)
         self._arguments = constructor_arguments(locals())  # what a copy is rebuilt from (pickle, deepcopy)
         torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
         data, seed, prefetch, shuffle = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.shuffle
@@ -234,12 +184,10 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}")
-        # a Dataset or mix() description becomes the data keywords below (one given twice: TypeError)
+        # what the data is and how it is read, from its description (a path: Dataset(path))
         (data, format, format_options, storage, cache_dir, classes, fields, decoders, index, streaming, weights,
-         epoch_size, resample) = data_args(
-            data, "DataLoader", format=format, format_options=format_options, storage=storage, cache_dir=cache_dir,
-            classes=classes, fields=fields, decoders=decoders, index=index, streaming=streaming, weights=weights,
-            epoch_size=epoch_size, resample=resample)
+         epoch_size, resample) = data_args(data, "DataLoader", **dict.fromkeys(OPTIONS), weights=None,
+                                           epoch_size=None, resample=False)
         self.torch_args = torch_args = torch_args.with_fields(fields)  # fields: also from a Dataset
         collate = torch_args.collate
         self.user_errors = check_user_errors(user_errors)

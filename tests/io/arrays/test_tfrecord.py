@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from builders import small_jpeg
 
+import turbofeed
 from turbofeed.decode import decode
 from turbofeed.errors import DatasetError
 from turbofeed.io import Dataset, TFRecordSource, resolve
@@ -101,9 +102,9 @@ def test_a_folder_of_files_gives_every_image_and_label_once(tmp_path):
         expected.update({f"{name}/{i:08d}": (small_jpeg(s), s * 7 % 5) for i, s in enumerate(seeds)})
     (tmp_path / "README.txt").write_text("not a record file")
     assert [k for k, _ in resolve(str(tmp_path))] == ["tfrecord"] * 3
-    loader = turbofeed.DataLoader(str(tmp_path), batch_size=5, num_workers=2, shuffle=True, seed=3,
-                                  transform=[T.CenterCrop(32)], return_keys=True,
-                                  cache_dir=str(tmp_path / "idx"))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(str(tmp_path), cache_dir=str(tmp_path / "idx")), batch_size=5,
+                                  num_workers=2, shuffle=True, seed=3,
+                                  transform=[T.CenterCrop(32)], return_keys=True)
     seen = []
     for images, labels, keys in loader:
         for image, label, key in zip(images, labels.tolist(), keys):
@@ -158,13 +159,13 @@ def test_a_cut_file_keeps_the_records_before_the_cut_and_is_reported(tmp_path, c
     src = TFRecordSource(path, cache_dir=str(tmp_path / "idx"))
     assert len(src.table) == 3 and src.damage is not None and src.damage.offset == sum(sizes[:3])
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    loader = turbofeed.DataLoader(path, batch_size=2, num_workers=1, transform=[T.CenterCrop(32)],
-                                  cache_dir=str(tmp_path / "idx"))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=str(tmp_path / "idx")), batch_size=2, num_workers=1,
+                                  transform=[T.CenterCrop(32)])
     assert sum(len(y) for _, y in loader) == 3 and loader.stats.damaged_shards == [path]
     assert any(path in r.getMessage() and "record 3" in r.getMessage() for r in caplog.records)
     loader.close()
     with pytest.raises(DatasetError, match="truncated or corrupt at byte offset"):
-        turbofeed.DataLoader(path, batch_size=2, on_error="raise", cache_dir=str(tmp_path / "idx"))
+        turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=str(tmp_path / "idx")), batch_size=2, on_error="raise")
     with open(path, "r+b") as f:
         f.truncate(sum(sizes[:2]) + 5)  # a header cut short
     assert len(TFRecordSource(path, cache_dir=str(tmp_path / "idx")).table) == 2
@@ -253,11 +254,13 @@ def test_a_flipped_bit_in_a_record_is_a_bad_sample_naming_file_and_record(tmp_pa
     with pytest.raises(ValueError, match="record 1 .*fails its data checksum"):
         src.read(1)
     with pytest.raises(SampleError, match=f"{path}/00000001: record 1 .*fails its data checksum"):
-        for _ in turbofeed.DataLoader(path, batch_size=3, num_workers=1, on_error="raise",
-                                      transform=[T.CenterCrop(32)], cache_dir=cache):
+        for _ in turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=cache), batch_size=3, num_workers=1,
+                                      on_error="raise",
+                                      transform=[T.CenterCrop(32)]):
             pass
-    loader = turbofeed.DataLoader(path, batch_size=3, num_workers=1, on_error="skip",
-                                  transform=[T.CenterCrop(32)], cache_dir=cache)
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=cache), batch_size=3, num_workers=1,
+                                  on_error="skip",
+                                  transform=[T.CenterCrop(32)])
     labels = [y for _, batch in loader for y in batch.tolist()]
     assert labels == [1, 2] and loader.stats.skipped == 1
     loader.close()

@@ -52,8 +52,8 @@ DAMAGE: dict[str, Callable[[str], None]] = {"deleted": _delete, "truncated": _tr
 
 
 def _loader(paths: list[str], tmp_path) -> turbofeed.DataLoader:
-    return turbofeed.DataLoader(paths, batch_size=BATCH, num_workers=2, shuffle=False, transform=T.imagenet_eval(16),
-                                cache_dir=str(tmp_path / "cache"))
+    return turbofeed.DataLoader(turbofeed.Dataset(paths, cache_dir=str(tmp_path / "cache")), batch_size=BATCH,
+                                num_workers=2, shuffle=False, transform=T.imagenet_eval(16))
 
 
 def _at_construction(paths, tmp_path, damage):

@@ -36,8 +36,9 @@ def three(tmp_path) -> list[str]:
 
 def _loader(paths, tmp_path, **kw) -> turbofeed.DataLoader:
     kw.setdefault("shuffle", False)
-    return turbofeed.DataLoader(paths, batch_size=BATCH, num_workers=2, prefetch=1, transform=T.imagenet_eval(32),
-                                return_keys=True, cache_dir=str(tmp_path / "cache"), **kw)
+    return turbofeed.DataLoader(turbofeed.Dataset(paths, cache_dir=str(tmp_path / "cache")), batch_size=BATCH,
+                                num_workers=2, prefetch=1, transform=T.imagenet_eval(32),
+                                return_keys=True, **kw)
 
 
 def _keys(batch) -> list[str]:

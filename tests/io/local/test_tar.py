@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import turbofeed
 from turbofeed.errors import DatasetError, StorageError
 from turbofeed.io import Dataset, TarSource, load_index
 
@@ -275,8 +276,8 @@ def test_a_shard_cut_short_during_a_pass_is_a_storage_error_then_reindexed(tmp_p
 
     path = str(tmp_path / "cut.tar")
     shutil.copy(shard_paths[0], path)
-    loader = turbofeed.DataLoader(path, batch_size=4, num_workers=1, transform=T.imagenet_eval(32),
-                                  cache_dir=str(tmp_path / "idx"), on_error="skip", prefetch=1)
+    loader = turbofeed.DataLoader(turbofeed.Dataset(path, cache_dir=str(tmp_path / "idx")), batch_size=4, num_workers=1,
+                                  transform=T.imagenet_eval(32), on_error="skip", prefetch=1)
     total = loader.num_samples
     it = iter(loader)
     seen = len(next(it)[1])

@@ -78,10 +78,8 @@ def test_tarwriter_shards_index_as_tarfile_reads_them(shards, monkeypatch):
 
 def test_a_loader_delivers_every_tarwriter_sample_with_its_label_and_fields(shards):
     _, root = shards
-    loader = turbofeed.DataLoader(str(root), batch_size=4, num_workers=2, shuffle=True, seed=1,
-                                  fields={"image": "jpg", "label": "cls", "caption": "txt", "meta": "json",
-                                          "mask": "seg.png"},
-                                  decoders={"seg.png": decode_mask}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(str(root), fields={"image": "jpg", "label": "cls", "caption": "txt", "meta": "json",
+                                          "mask": "seg.png"}, decoders={"seg.png": decode_mask}), batch_size=4, num_workers=2, shuffle=True, seed=1, transform=T.imagenet_eval(16))
     seen = []
     for batch in loader:
         for j, key in enumerate(batch["__key__"]):
@@ -110,8 +108,8 @@ def test_a_dot_in_a_keys_file_name_splits_as_webdatasets_reader_splits_it(tmp_pa
     names = [m[0] for m in tarfile_members(shard)]
     assert [split_key(n) for n in names] == [base_plus_ext(n) for n in names]  # ("dir/sample", "0001.jpg") ...
     # both readers see one sample "dir/sample" with members 0001.jpg, 0002.jpg ...: no jpg field
-    loader = turbofeed.DataLoader(str(shard), batch_size=1, num_workers=1, on_error="raise",
-                                  fields={"image": "jpg"}, transform=T.imagenet_eval(16))
+    loader = turbofeed.DataLoader(turbofeed.Dataset(str(shard), fields={"image": "jpg"}), batch_size=1, num_workers=1,
+                                  on_error="raise", transform=T.imagenet_eval(16))
     with pytest.raises(SampleError, match=r"dots\.tar/dir/sample: no jpg member for field 'image' "
                                           r"\(the sample has 0001\.cls, 0001\.jpg"):
         list(loader)

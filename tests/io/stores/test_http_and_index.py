@@ -43,9 +43,9 @@ def test_an_http_server_is_not_listed_and_the_error_says_how_to_name_shards(http
 def test_a_token_header_reaches_the_server_and_without_it_the_dataset_says_so(http, tmp_path):
     spec = f"{http.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar"
     with pytest.raises(DatasetError, match="401"):
-        turbofeed.DataLoader(spec, batch_size=4, cache_dir=str(tmp_path))
-    dl = turbofeed.DataLoader(spec, batch_size=4, cache_dir=str(tmp_path), return_keys=True,
-                              storage=S3Config(http=HTTPConfig(headers={"Authorization": "Bearer s3cret"})),
+        turbofeed.DataLoader(turbofeed.Dataset(spec, cache_dir=str(tmp_path)), batch_size=4)
+    dl = turbofeed.DataLoader(turbofeed.Dataset(spec, cache_dir=str(tmp_path), storage=S3Config(http=HTTPConfig(headers={"Authorization": "Bearer s3cret"}))),
+                              batch_size=4, return_keys=True,
                               transform=turbofeed.transforms.imagenet_eval(16))
     assert sum(len(b[2]) for b in dl) == SHARDS * PER_SHARD
     dl.close()
@@ -62,7 +62,8 @@ def test_the_index_goes_next_to_the_data_where_the_store_takes_writes_else_to_th
     before = served.server.requests if served.kind == "http" else None
     found = Dataset(served.spec, storage=config, cache_dir=str(tmp_path / "cache")).index
     assert found is not None and found.path == (summary.path if served.kind == "http" else found.path)
-    dl = turbofeed.DataLoader(served.spec, storage=config, batch_size=4, cache_dir=str(tmp_path / "cache"),
+    dl = turbofeed.DataLoader(turbofeed.Dataset(served.spec, storage=config, cache_dir=str(tmp_path / "cache")),
+                              batch_size=4,
                               return_keys=True, transform=turbofeed.transforms.imagenet_eval(16))
     assert sum(len(b[2]) for b in dl) == SHARDS * PER_SHARD
     if before is not None:

@@ -53,8 +53,9 @@ def web(request, local_shards, tmp_path, monkeypatch):
 
 def _loader(srv, tmp_path, **kw) -> turbofeed.DataLoader:
     kw.setdefault("storage", S3Config(retry=FAST_RETRY))
-    return turbofeed.DataLoader(f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar", batch_size=4,
-                                num_workers=2, shuffle=False, cache_dir=str(tmp_path / "cache"), return_keys=True,
+    return turbofeed.DataLoader(turbofeed.Dataset(f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar", cache_dir=str(tmp_path / "cache")),
+                                batch_size=4,
+                                num_workers=2, shuffle=False, return_keys=True,
                                 transform=turbofeed.transforms.imagenet_eval(16), **kw)
 
 

@@ -217,7 +217,8 @@ def many(server, tmp_path_factory) -> dict:
 def test_compressed_shards_larger_together_than_the_cache_stream_every_sample_once(objects, many):
     bound = 3 * many["largest"]  # the plain copies of 8 shards in room for 3
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
-    loader = turbofeed.DataLoader(MANY, batch_size=8, num_workers=2, shuffle=True, seed=3, streaming=True,
+    loader = turbofeed.DataLoader(turbofeed.Dataset(MANY, streaming=True), batch_size=8, num_workers=2, shuffle=True,
+                                  seed=3,
                                   return_keys=True, on_error="raise",
                                   transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
     assert loader.dataset.damaged == [] and len(loader.dataset) == 8 * PER_SHARD  # none dropped

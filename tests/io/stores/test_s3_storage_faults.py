@@ -67,8 +67,9 @@ def _config(proxy: FaultProxy) -> S3Config:
 
 def _loader(proxy, tmp_path, **kw) -> turbofeed.DataLoader:
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, prefetch=1, seed=5, storage=_config(proxy),
-                                cache_dir=str(tmp_path / "cache"), transform=turbofeed.transforms.imagenet_eval(32),
+    return turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=_config(proxy), cache_dir=str(tmp_path / "cache")),
+                                batch_size=BATCH, num_workers=2, prefetch=1, seed=5,
+                                transform=turbofeed.transforms.imagenet_eval(32),
                                 return_keys=True, **kw)
 
 

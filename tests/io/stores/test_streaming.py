@@ -30,7 +30,8 @@ def data(server) -> dict:
 
 def loader(config, cache_dir, **kw):
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, storage=config, cache_dir=str(cache_dir),
+    return turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir)), batch_size=8,
+                                num_workers=2,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, **kw)
 

@@ -44,8 +44,8 @@ def six_shards(server, data, point_aws_at):
 
 
 def epoch(config: S3Config, cache_dir, seed: int = 0):
-    dl = turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=seed, storage=config,
-                              cache_dir=str(cache_dir), streaming=True, return_keys=True,
+    dl = turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=True),
+                              batch_size=BATCH, num_workers=2, shuffle=True, seed=seed, return_keys=True,
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
     before = dl.dataset.storage_stats()
     watch = CacheWatch(str(cache_dir / "s3"))
@@ -88,8 +88,8 @@ def test_a_streamed_epoch_mixes_five_shards_per_batch_within_a_cache_of_six(six_
 
 
 def make(config: S3Config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, seed=1, storage=config,
-                                cache_dir=str(cache_dir), streaming=True, return_keys=True,
+    return turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=True),
+                                batch_size=BATCH, num_workers=2, shuffle=True, seed=1, return_keys=True,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
 
 

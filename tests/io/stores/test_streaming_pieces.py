@@ -47,8 +47,8 @@ def cache6(server, data, point_aws_at, monkeypatch):
 
 
 def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=BATCH, num_workers=2, shuffle=True, storage=config,
-                                cache_dir=str(cache_dir), return_keys=True, on_error="raise",
+    return turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir)), batch_size=BATCH,
+                                num_workers=2, shuffle=True, return_keys=True, on_error="raise",
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **kw)
 
 
@@ -174,8 +174,8 @@ def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, d
     """Each piece is held for the block that reads it, however often its shard is drawn: no
     sample read with its own GET, the cache within its bound."""
     data_arg = [PREFIX] if "weights" in draw else PREFIX
-    dl = turbofeed.DataLoader(data_arg, batch_size=BATCH, num_workers=2, storage=cache6, cache_dir=str(tmp_path),
-                              streaming=True, shuffle=True, return_keys=True, on_error="raise",
+    dl = turbofeed.DataLoader(turbofeed.Dataset(data_arg, storage=cache6, cache_dir=str(tmp_path), streaming=True),
+                              batch_size=BATCH, num_workers=2, shuffle=True, return_keys=True, on_error="raise",
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **draw)
     assert dl.stream_layout.pieces is not None
     before = dl.dataset.storage_stats()["cache_misses"]

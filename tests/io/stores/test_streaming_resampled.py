@@ -29,9 +29,10 @@ def data(server) -> dict:
 
 
 def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, storage=config, cache_dir=str(cache_dir),
+    return turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=True)], resample=True),
+                                batch_size=8, num_workers=2,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
-                                return_keys=True, shuffle=True, streaming=True, resample=True, **kw)
+                                return_keys=True, shuffle=True, **kw)
 
 
 def watched_epoch(dl, cache_dir) -> tuple[list[str], int, float, int]:
@@ -88,8 +89,9 @@ def test_an_epoch_drawing_each_shard_many_times_stays_within_the_cache(config, d
 
 def test_a_weighted_epoch_of_several_passes_stays_within_the_cache(config, data, tmp_path):
     # without resampling, epoch_size = 4 passes: every shard is in 4 blocks of the epoch
-    dl = turbofeed.DataLoader([PREFIX], weights=[1.0], epoch_size=4 * SHARDS * PER_SHARD, batch_size=8,
-                              num_workers=2, storage=config, cache_dir=str(tmp_path), streaming=True, shuffle=True,
+    dl = turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(tmp_path), streaming=True)], [1.0], epoch_size=4 * SHARDS * PER_SHARD),
+                              batch_size=8,
+                              num_workers=2, shuffle=True,
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                               return_keys=True)
     got, peak, took, misses = watched_epoch(dl, tmp_path)

@@ -49,7 +49,8 @@ def store(tmp_path_factory, fixed_images):
 
 
 def _epoch(data, config) -> list:
-    loader = turbofeed.DataLoader(data, batch_size=10, num_workers=2, shuffle=True, seed=5, storage=config,
+    loader = turbofeed.DataLoader(turbofeed.Dataset(data, storage=config), batch_size=10, num_workers=2, shuffle=True,
+                                  seed=5,
                                   return_keys=True, on_error="raise",
                                   transform=turbofeed.transforms.imagenet_train(32))
     return [(x.clone(), y.clone(), k) for x, y, k in loader]
