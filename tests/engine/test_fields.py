@@ -148,9 +148,9 @@ def test_the_first_listed_extension_wins(tmp_path):
 
 
 def test_resume_with_dict_batches_is_exact(laion):
-    kw = dict(batch_size=6, num_workers=2, shuffle=True, seed=9, fields={"image": "jpg", "caption": "txt"},
-              transform=T.imagenet_train(16))
-    result = check_resume(lambda: turbofeed.DataLoader(laion, **kw), stops=[4])  # keys: batch["__key__"]
+    kw = dict(batch_size=6, num_workers=2, shuffle=True, seed=9, transform=T.imagenet_train(16))
+    data = turbofeed.Dataset(laion, fields={"image": "jpg", "caption": "txt"})
+    result = check_resume(lambda: turbofeed.DataLoader(data, **kw), stops=[4])  # keys: batch["__key__"]
     (run,) = result.runs
     assert len(run.tail) == len(result.steps) - 4
     assert all(torch.equal(a["image"], b["image"]) for a, b in zip(run.steps, result.steps))

@@ -144,11 +144,11 @@ def test_a_paired_field_of_another_size_is_a_bad_sample_saying_both_sizes(tmp_pa
         size = (16, 24) if i == 1 else (32, 32)  # k1's mask is 24x16, its image 32x32
         members += [(f"k{i}.jpg", small_jpeg(i)), (f"k{i}.seg.png", _png(np.full(size, i, np.uint8)))]
     path = write_tar(str(tmp_path / "seg.tar"), members)
-    kw = dict(batch_size=4, num_workers=1, fields={"image": "jpg", "mask": "seg.png"}, paired=["mask"],
-              transform=T.Compose([T.RandomResizedCrop(16)]), cache_dir=str(tmp_path / "c"))
+    kw = dict(batch_size=4, num_workers=1, paired=["mask"], transform=T.Compose([T.RandomResizedCrop(16)]))
+    data = turbofeed.Dataset(path, fields={"image": "jpg", "mask": "seg.png"}, cache_dir=str(tmp_path / "c"))
     with pytest.raises(SampleError, match=r"seg\.tar/k1: field 'mask' is 24x16 but the image is 32x32"):
-        list(turbofeed.DataLoader(path, on_error="raise", **kw))
-    loader = turbofeed.DataLoader(path, on_error="skip", **kw)
+        list(turbofeed.DataLoader(data, on_error="raise", **kw))
+    loader = turbofeed.DataLoader(data, on_error="skip", **kw)
     batches = list(loader)
     assert [k for b in batches for k in b["__key__"]] == ["k0", "k2", "k3"]
     assert loader.stats.skipped == 1

@@ -109,8 +109,9 @@ def _flip(path: str, at: int) -> None:
         f.write(bytes([byte ^ 0x04]))
 
 
-def _loader_labels(data: str, **kw) -> list[int]:
-    loader = turbofeed.DataLoader(data, batch_size=4, num_workers=1, return_keys=True, **kw)
+def _loader_labels(data: str, index: str | None = None) -> list[int]:
+    loader = turbofeed.DataLoader(turbofeed.Dataset(data, index=index), batch_size=4, num_workers=1,
+                                  return_keys=True)
     try:
         return [int(y) for _, labels, _ in loader for y in labels]
     finally:

@@ -32,8 +32,18 @@ def two(tmp_path_factory) -> tuple[str, str]:
     return shards(root / "a", "a", 4, 10), shards(root / "b", "b", 2, 10)  # 40 and 20 samples
 
 
-def load(data, **kw):
+def load(data, *, weights=None, epoch_size=None, resample=False, streaming=None, **kw):
+    """A loader of ``data`` (paths; with ``weights``, one dataset per path) mixed as asked."""
     kw.setdefault("shuffle", True)
+    paths = [data] if isinstance(data, str) else list(data)
+    if weights is not None:
+        data = turbofeed.mix([turbofeed.Dataset(p, streaming=streaming) for p in paths], weights,
+                             epoch_size=epoch_size, resample=resample)
+    elif epoch_size is not None or resample:
+        data = turbofeed.mix([turbofeed.Dataset(data, streaming=streaming)], epoch_size=epoch_size,
+                             resample=resample)
+    else:
+        data = turbofeed.Dataset(data, streaming=streaming)
     return turbofeed.DataLoader(data, batch_size=8, num_workers=2, return_keys=True,
                                 transform=T.Compose([T.Resize(16)]), **kw)
 
