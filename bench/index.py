@@ -77,7 +77,7 @@ while go and not os.path.exists(go):
 before = memory()
 started = time.perf_counter()
 if mode == "loader":
-    obj = turbofeed.DataLoader(data, batch_size=256, num_workers=2, cache_dir=cache)
+    obj = turbofeed.DataLoader(turbofeed.Dataset(data, cache_dir=cache), batch_size=256, num_workers=2)
     n = obj.num_samples
 else:
     obj = Dataset(data, cache_dir=cache, index=False if mode == "false" else None)

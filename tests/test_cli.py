@@ -207,7 +207,7 @@ def test_index_writes_one_file_that_loaders_then_use(tmp_path):
     out = str(tmp_path / "other" / "ds.index")
     done = run_cli("index", os.path.join(data, "shard-00000{0,1}.tar"), "--out", out, "--threads", "1")
     assert done.returncode == 0 and done.stdout.startswith(f"wrote {out}: 2 shards, 8 samples"), done.stderr
-    assert f"DataLoader(..., index={out!r})" in done.stdout  # which DataLoader accepts (test_index_trust.py)
+    assert f"turbofeed.Dataset(..., index={out!r})" in done.stdout  # what loaders take (test_index_trust.py)
 
 
 def test_index_of_something_else_than_tar_shards_is_a_one_line_error(tmp_path):

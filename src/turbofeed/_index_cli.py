@@ -19,6 +19,5 @@ def cmd_index(args: argparse.Namespace) -> int:
     if done.note:
         print(f"note: {done.note}")
     if args.out is not None:
-        print(f"loaders use it when told: DataLoader(..., index={done.path!r}) "
-              "(also Pipeline and Dataset)")
+        print(f"loaders use it when told: turbofeed.Dataset(..., index={done.path!r}) as their data")
     return 0

@@ -263,14 +263,18 @@ class ChunkedCpuDecode(FusedCpuDecode):
         codes, reading, nbytes = native.run_chunk_at(self.order, at.start, at.step, len(at), start, self.table,
                                                      self.program, self.epoch_key, slot.images, slot.labels,
                                                      job.ids, **self.options)
-        left = [] if codes is None else self.failures(job, start, at, codes[:, 0], codes[:, 1])
+        if codes is not None:
+            return self.failures(job, start, at, codes, (started, reading, nbytes))
         self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, nbytes)
-        return left
+        return []
 
-    def failures(self, job: Job, start: int, at: range, status: np.ndarray, errnos: np.ndarray) -> list[int]:
-        """After :meth:`fill_chunk`'s native call: raise its storage fault, or run its
-        rows whose shard was not open yet again through :meth:`fill_rows` (which opens
-        it); the positions left for the per-sample path."""
+    def failures(self, job: Job, start: int, at: range, codes: np.ndarray,
+                 spent: tuple[float, float, int]) -> list[int]:
+        """After :meth:`fill_chunk`'s native call (``codes``; ``spent``: when it started,
+        its seconds reading and bytes read): raise its storage fault, or run its rows
+        whose shard was not open yet again through :meth:`fill_rows` (which opens it);
+        the positions left for the per-sample path. The chunk's times are added once."""
+        status, errnos = codes[:, 0], codes[:, 1]
         gids = self.order[at.start:at.stop:at.step]
         if ((status >= native.READ_CHANGED) & (status <= native.READ_SHORT)).any():
             raise self.reader.storage_error(status, errnos, gids)
@@ -279,20 +283,25 @@ class ChunkedCpuDecode(FusedCpuDecode):
         rows = np.flatnonzero(status == native.RUN_UNOPENED)
         left = (start + np.flatnonzero(status == native.RUN_GENERAL)).tolist()
         if len(rows):
-            left += self.fill_rows(job, start + rows, np.ascontiguousarray(gids[rows], np.int64))
+            left += self.fill_rows(job, start + rows, np.ascontiguousarray(gids[rows], np.int64), spent)
+        else:
+            started, reading, nbytes = spent
+            self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, nbytes)
         return sorted(left)
 
-    def fill_rows(self, job: Job, js: np.ndarray, gids: np.ndarray) -> list[int]:
+    def fill_rows(self, job: Job, js: np.ndarray, gids: np.ndarray,
+                  spent: tuple[float, float, int] | None = None) -> list[int]:
         """Fill positions ``js`` of ``job`` with samples ``gids`` (each readable by range):
         their reads selected here (:meth:`SampleRanges.files
         <turbofeed.io.local.ranges.SampleRanges.files>`, opening shards), then one native
         call, then labels, ids and checked flags set; returns the positions of ``js``
-        left for the per-sample path.
+        left for the per-sample path. ``spent``: the chunk's native call before this one
+        (:meth:`failures`), whose time and bytes this one's stage times include.
 
         Raises:
             StorageError: a shard vanished, changed or failed to read.
         """
-        started = time.perf_counter()
+        started, read_before, bytes_before = spent or (time.perf_counter(), 0.0, 0)
         reader = self.reader
         files = reader.ranges.files(gids)
         slot: Slot = job.slot
@@ -313,5 +322,7 @@ class ChunkedCpuDecode(FusedCpuDecode):
         slot.labels[js] = self.labels[gids]
         job.ids[js] = gids
         reader.checked[gids] = True  # decoded with their whole scan checked, or checked before
-        self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, int(files.sizes.sum()))
+        reading += read_before
+        self.work.stats.add_chunk(reading, time.perf_counter() - started - reading,
+                                  int(files.sizes.sum()) + bytes_before)
         return left

@@ -121,8 +121,8 @@ def _warn_captions(found: list[tuple[Source, LabelArrays, np.ndarray]]) -> None:
     meta = ', "meta": "json?"' if "json" in exts else ""
     log.warning("turbofeed: %d samples have a .txt member that is not an integer (e.g. %r in %s/%s): the data "
                 "looks like captions, so these samples are unlabelled (label -1); to load the captions, ask "
-                "for fields: DataLoader(..., fields={\"image\": \"%s\", \"caption\": \"txt\"%s}); if they "
-                "are class names, pass classes=[...]", sum(len(r) for _, _, r in found),
+                "for fields: turbofeed.Dataset(..., fields={\"image\": \"%s\", \"caption\": \"txt\"%s}); if "
+                "they are class names, turbofeed.Dataset(..., classes=[...])", sum(len(r) for _, _, r in found),
                 text[:60], s.path, s.table.keys[row], images, meta)
 
 

@@ -51,11 +51,10 @@ def web(request, local_shards, tmp_path, monkeypatch):
     srv.stop()
 
 
-def _loader(srv, tmp_path, **kw) -> turbofeed.DataLoader:
-    kw.setdefault("storage", S3Config(retry=FAST_RETRY))
-    return turbofeed.DataLoader(turbofeed.Dataset(f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar", cache_dir=str(tmp_path / "cache")),
-                                batch_size=4,
-                                num_workers=2, shuffle=False, return_keys=True,
+def _loader(srv, tmp_path, storage: S3Config | None = None, **kw) -> turbofeed.DataLoader:
+    data = turbofeed.Dataset(f"{srv.endpoint}/data/shard-{{0000..{SHARDS - 1:04d}}}.tar",
+                             storage=storage or S3Config(retry=FAST_RETRY), cache_dir=str(tmp_path / "cache"))
+    return turbofeed.DataLoader(data, batch_size=4, num_workers=2, shuffle=False, return_keys=True,
                                 transform=turbofeed.transforms.imagenet_eval(16), **kw)
 
 

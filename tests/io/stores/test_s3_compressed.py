@@ -241,8 +241,8 @@ RANK = r"""
 import json, sys
 import turbofeed
 rank, out = int(sys.argv[1]), sys.argv[2]
-loader = turbofeed.DataLoader(sys.argv[3], batch_size=4, num_workers=2, shuffle=True, seed=9, streaming=True,
-                              rank=rank, world_size=2, return_keys=True, on_error="raise",
+loader = turbofeed.DataLoader(turbofeed.Dataset(sys.argv[3], streaming=True), batch_size=4, num_workers=2,
+                              shuffle=True, seed=9, rank=rank, world_size=2, return_keys=True, on_error="raise",
                               transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(8)]))
 keys = [k.rsplit("/", 1)[-1] for _, _, batch in loader for k in batch]
 json.dump({"keys": keys, "made": sum(s.plain.made for s in loader.dataset.sources)}, open(out, "w"))

@@ -21,9 +21,10 @@ torch = pytest.importorskip("torch")
 SHORT_RETRY = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005)
 
 
-def loader(data, cache_dir, config=None, **kw) -> turbofeed.DataLoader:
+def loader(data, cache_dir, config=None, streaming=None, **kw) -> turbofeed.DataLoader:
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(turbofeed.Dataset(data, storage=config, cache_dir=str(cache_dir)), batch_size=4,
+    data = turbofeed.Dataset(data, storage=config, cache_dir=str(cache_dir), streaming=streaming)
+    return turbofeed.DataLoader(data, batch_size=4,
                                 num_workers=2, seed=3,
                                 transform=turbofeed.transforms.imagenet_eval(16), return_keys=True, **kw)
 

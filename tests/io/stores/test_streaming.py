@@ -28,9 +28,10 @@ def data(server) -> dict:
     return upload_shards(server.endpoint, PREFIX, SHARDS, PER_SHARD)
 
 
-def loader(config, cache_dir, **kw):
+def loader(config, cache_dir, streaming=None, **kw):
     kw.setdefault("shuffle", True)
-    return turbofeed.DataLoader(turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir)), batch_size=8,
+    data = turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=streaming)
+    return turbofeed.DataLoader(data, batch_size=8,
                                 num_workers=2,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, **kw)
@@ -170,9 +171,10 @@ import json, os, signal, sys
 import turbofeed
 from turbofeed import transforms as T
 log, kill_at, cache, state = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-dl = turbofeed.DataLoader(PREFIX, batch_size=8, num_workers=2, shuffle=True, return_keys=True,
-                          cache_dir=os.environ["TURBOFEED_CACHE_DIR"], transform=T.Compose([T.Resize(16)]),
-                          storage=turbofeed.S3Config(cache_max_bytes=cache))
+data = turbofeed.Dataset(PREFIX, cache_dir=os.environ["TURBOFEED_CACHE_DIR"],
+                         storage=turbofeed.S3Config(cache_max_bytes=cache))
+dl = turbofeed.DataLoader(data, batch_size=8, num_workers=2, shuffle=True, return_keys=True,
+                          transform=T.Compose([T.Resize(16)]))
 if state != "-":
     dl.load_state_dict(json.load(open(state)))
 with open(log, "a") as f:

@@ -173,10 +173,10 @@ def test_an_elastic_resume_of_pieces_reads_the_rest_once(cache6, data, tmp_path,
 def test_resampled_and_weighted_epochs_of_pieces_stay_within_the_cache(cache6, data, tmp_path, draw):
     """Each piece is held for the block that reads it, however often its shard is drawn: no
     sample read with its own GET, the cache within its bound."""
-    data_arg = [PREFIX] if "weights" in draw else PREFIX
-    dl = turbofeed.DataLoader(turbofeed.Dataset(data_arg, storage=cache6, cache_dir=str(tmp_path), streaming=True),
-                              batch_size=BATCH, num_workers=2, shuffle=True, return_keys=True, on_error="raise",
-                              transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]), **draw)
+    mixed = turbofeed.mix([turbofeed.Dataset(PREFIX, storage=cache6, cache_dir=str(tmp_path), streaming=True)],
+                          **draw)
+    dl = turbofeed.DataLoader(mixed, batch_size=BATCH, num_workers=2, shuffle=True, return_keys=True,
+                              on_error="raise", transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
     assert dl.stream_layout.pieces is not None
     before = dl.dataset.storage_stats()["cache_misses"]
     watch = CacheWatch(str(tmp_path / "s3"))
@@ -207,8 +207,8 @@ layout.PIECE_MIN_BYTES, layout.PIECE_MIN_SAMPLES = 16 << 10, 16  # as the fixtur
 endpoint, bound, cache_dir, ckpt, mode = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 config = S3Config(endpoint_url=endpoint, access_key_id="test", secret_access_key="test",
                   cache_max_bytes=bound, retry=FAST_RETRY)
-dl = turbofeed.DataLoader(sys.argv[8], batch_size=16, num_workers=2, shuffle=True, storage=config, cache_dir=cache_dir,
-                          return_keys=True, on_error="raise",
+dl = turbofeed.DataLoader(turbofeed.Dataset(sys.argv[8], storage=config, cache_dir=cache_dir), batch_size=16,
+                          num_workers=2, shuffle=True, return_keys=True, on_error="raise",
                           transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]))
 assert dl.stream_layout.pieces is not None and not dl.stream_layout.pieces.whole.any()
 done = []

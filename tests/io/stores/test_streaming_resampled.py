@@ -28,8 +28,9 @@ def data(server) -> dict:
     return upload_shards(server.endpoint, PREFIX, SHARDS, PER_SHARD)
 
 
-def loader(config, cache_dir, **kw):
-    return turbofeed.DataLoader(turbofeed.mix([turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=True)], resample=True),
+def loader(config, cache_dir, epoch_size=None, **kw):
+    data = turbofeed.Dataset(PREFIX, storage=config, cache_dir=str(cache_dir), streaming=True)
+    return turbofeed.DataLoader(turbofeed.mix([data], resample=True, epoch_size=epoch_size),
                                 batch_size=8, num_workers=2,
                                 transform=turbofeed.transforms.Compose([turbofeed.transforms.Resize(16)]),
                                 return_keys=True, shuffle=True, **kw)
