@@ -69,10 +69,10 @@ def callback_cost(paths: list[str], batch_size: int, read_threads: int) -> float
     adds in front of the decode, on the thread that feeds DALI."""
     from types import SimpleNamespace
 
-    from turbofeed.engine.choose import Source
+    from turbofeed.engine.choose import OpenedData
 
-    source = Source.open(paths, on_error="replace", cache_dir=None, format=None, format_options=None, storage=None,
-                         classes=None)
+    source = OpenedData.open(paths, on_error="replace", cache_dir=None, format=None, format_options=None, storage=None,
+                             classes=None)
     batches = tdali.DatasetBatches(source, batch_size=batch_size, shuffle=True, seed=0, shard_id=0, num_shards=1,
                                    threads=read_threads)
     best = float("inf")

@@ -59,13 +59,13 @@ def build_layouts(data: str, work: str, size: int) -> dict[str, tuple[str, dict]
     import pyarrow.parquet as pq
 
     from turbofeed._convert import to_npy
-    from turbofeed.io import Dataset
+    from turbofeed.io import IndexedDataset
 
     os.makedirs(work, exist_ok=True)
     parquet = os.path.join(work, "train-00000-of-00001.parquet")
     if not os.path.exists(parquet):
         started = time.perf_counter()
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
         schema = pa.schema([("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
                             ("label", pa.int64())])
         with pq.ParquetWriter(parquet + ".tmp", schema) as writer:

@@ -10,11 +10,11 @@ The data is made once: per sample a 100-byte fake ``.jpg`` and a ``.cls`` label,
 fresh Python process (imports excluded from the times); "page cache cold" rows evict the
 shards' pages first (``posix_fadvise(DONTNEED)`` on those files only). Rows:
 
-- first loader: ``Dataset(DATA)`` with no index anywhere: it builds the index (every
+- first loader: ``IndexedDataset(DATA)`` with no index anywhere: it builds the index (every
   shard read) and writes it next to the data;
-- later loaders: ``Dataset(DATA)`` and ``DataLoader(DATA)``, mapping it (time, growth of
+- later loaders: ``IndexedDataset(DATA)`` and ``DataLoader(DATA)``, mapping it (time, growth of
   the resident memory per sample);
-- one shard rewritten: the next ``Dataset(DATA)`` reads that shard alone and writes a new
+- one shard rewritten: the next ``IndexedDataset(DATA)`` reads that shard alone and writes a new
   version of the index;
 - 8 processes started together with no index (as torchrun starts the ranks of a node):
   how many built it, the time until the last one has its dataset, and the memory each
@@ -57,7 +57,7 @@ import numpy as np
 import torch  # imports are not what is measured: the loader's first use of torch would be
 import turbofeed
 import turbofeed.torch
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 said = []
 class Keep(logging.Handler):
     def emit(self, record):
@@ -80,7 +80,7 @@ if mode == "loader":
     obj = turbofeed.DataLoader(turbofeed.Dataset(data, cache_dir=cache), batch_size=256, num_workers=2)
     n = obj.num_samples
 else:
-    obj = Dataset(data, cache_dir=cache, index=False if mode == "false" else None)
+    obj = IndexedDataset(data, cache_dir=cache, index=False if mode == "false" else None)
     n = obj.num_samples
 seconds = time.perf_counter() - started
 ready, peers = os.environ.get("READY"), int(os.environ.get("PEERS", "0"))
@@ -139,7 +139,7 @@ def probe(mode: str, data: str, cache: str) -> dict:
 
 
 def together(count: int, data: str, cache: str, work: str) -> tuple[float, list[dict]]:
-    """``count`` probes of ``Dataset(DATA)`` released at once; (seconds from the release
+    """``count`` probes of ``IndexedDataset(DATA)`` released at once; (seconds from the release
     until the last has its dataset, their results)."""
     go, ready = os.path.join(work, "go"), os.path.join(work, "ready")
     os.makedirs(ready)
@@ -207,11 +207,11 @@ def main() -> int:
         first = probe("index", args.data, cache)
         assert first["index"] == index_file and first["samples"] == n and first["built"] == 1, first
         size = os.path.getsize(index_file)
-        row("first loader, no index, page cache cold: builds and writes it", "Dataset(DATA)", first["seconds"],
+        row("first loader, no index, page cache cold: builds and writes it", "IndexedDataset(DATA)", first["seconds"],
             rss=first["rss"])
         runs = [probe("index", args.data, cache) for _ in range(args.repeats)]
         assert not any(r["built"] for r in runs), runs
-        row("later loader: maps it", "Dataset(DATA)", statistics.median(r["seconds"] for r in runs),
+        row("later loader: maps it", "IndexedDataset(DATA)", statistics.median(r["seconds"] for r in runs),
             rss=statistics.median(r["rss"] for r in runs), pss=statistics.median(r["pss"] for r in runs))
         loaders = [probe("loader", args.data, cache) for _ in range(args.repeats)]
         row("later loader: maps it", "DataLoader(DATA, batch_size=256, num_workers=2)",
@@ -224,13 +224,13 @@ def main() -> int:
         rewrite(shards[len(shards) // 2])
         again = probe("index", args.data, cache)
         assert again["built"] == 1, again
-        row("one shard rewritten: read again, a new version written", "Dataset(DATA)", again["seconds"])
+        row("one shard rewritten: read again, a new version written", "IndexedDataset(DATA)", again["seconds"])
         clear()
         evict(shards)
         last, results = together(args.processes, args.data, cache, work)
         builds = sum(r["built"] for r in results)
         row(f"{args.processes} processes started together, no index, page cache cold: until the last has it",
-            f"{args.processes} x Dataset(DATA)", last,
+            f"{args.processes} x IndexedDataset(DATA)", last,
             note=f"{builds} built ({max(r['seconds'] for r in results if r['built']):.2f} s); "
                  f"{sum(r['waited'] > 0 for r in results)} waited; per process "
                  f"{statistics.median(r['seconds'] for r in results):.2f} s median, "
@@ -238,7 +238,7 @@ def main() -> int:
             rss=statistics.median(r["rss"] for r in results), pss=statistics.median(r["pss"] for r in results))
         if not args.no_false:
             false = probe("false", args.data, cache)
-            row("index=False: every shard indexed in memory, nothing written", "Dataset(DATA, index=False)",
+            row("index=False: every shard indexed in memory, nothing written", "IndexedDataset(DATA, index=False)",
                 false["seconds"], rss=false["rss"])
     data_bytes = sum(os.path.getsize(p) for p in shards)
     lines = [BEGIN, "## Automatic dataset index (#25)", "",

@@ -16,7 +16,7 @@ import pytest
 from turbofeed import _convert
 from turbofeed._convert import to_npy, to_tar
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, FolderSource, NpySource, TarSource, split_key
+from turbofeed.io import IndexedDataset, FolderSource, NpySource, TarSource, split_key
 
 
 def _tar_samples(folder: str) -> list[tuple[str, dict[str, bytes]]]:
@@ -42,7 +42,7 @@ def test_image_folder_to_tar(image_folder, tmp_path):
         assert json.loads(members["json"]) == {"label": folder.classes[folder.table.labels[i]]}
     index = json.load(open(os.path.join(dst, "index.json")))
     assert [s["nsamples"] for s in index["shardlist"]] == [8, 8, 8, 6]
-    assert Dataset(dst).labels.tolist() == Dataset(image_folder).labels.tolist()
+    assert IndexedDataset(dst).labels.tolist() == IndexedDataset(image_folder).labels.tolist()
 
 
 def test_image_folder_class_names_survive_conversion(image_folder, tmp_path):
@@ -50,7 +50,7 @@ def test_image_folder_class_names_survive_conversion(image_folder, tmp_path):
     no class_names (docs/formats.md promises .json {"label": "cat"})."""
     dst = str(tmp_path / "named")
     to_tar(image_folder, dst, per_shard=8, progress=False)
-    before, after = Dataset(image_folder), Dataset(dst)
+    before, after = IndexedDataset(image_folder), IndexedDataset(dst)
     assert before.class_names and after.class_names == before.class_names
     assert [after.class_names[k] for k in after.labels] == [before.class_names[k] for k in before.labels]
 
@@ -76,7 +76,7 @@ def test_class_names_survive_as_json_labels(tmp_path, fixed_images):
     samples = dict(_tar_samples(dst))
     assert set(samples) == {"a.b/c_d", "x", "y"}  # a dot in the name would split key from extension
     assert json.loads(samples["x"]["json"]) == {"label": "cat"}  # a .txt name would read as a caption
-    assert Dataset(dst).class_names == ["cat", "dog"]
+    assert IndexedDataset(dst).class_names == ["cat", "dog"]
 
 
 def test_pixels_cannot_become_tar_members(array_dataset, tmp_path):

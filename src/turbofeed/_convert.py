@@ -27,7 +27,7 @@ from ._deps import tqdm
 
 from .decode import probe
 from .errors import DatasetError, SampleError
-from .io import Dataset, build_index, load_index
+from .io import IndexedDataset, build_index, load_index
 from .io.table import IMAGE_EXTENSIONS, split_key
 from .io.local.writer import ShardWriter
 
@@ -70,12 +70,12 @@ def _claim(dst: str, wanted: dict, has_output: bool) -> dict:
     return dict(wanted)
 
 
-def _source_fields(ds: Dataset) -> dict:
+def _source_fields(ds: IndexedDataset) -> dict:
     return {"samples": ds.num_samples, "sources": ds.fingerprint_fields()["sources"]}
 
 
 # -- to tar ----------------------------------------------------------------------------
-def _tar_keys(ds: Dataset) -> list[str]:
+def _tar_keys(ds: IndexedDataset) -> list[str]:
     """Keys usable as tar member names: the sources' keys, with dots in the last path part
     (which would split key from extension) made underscores; the global row numbers
     ``f"{gid:08d}"`` when that leaves duplicates (several files numbering their rows)."""
@@ -120,7 +120,7 @@ def to_tar(src: Any, dst: str, *, per_shard: int = 1000, format: str | None = No
     """
     if per_shard < 1:
         raise ValueError(f"per_shard must be >= 1, got {per_shard}")
-    ds = Dataset(src, format=format, format_options=format_options)
+    ds = IndexedDataset(src, format=format, format_options=format_options)
     try:
         n = ds.num_samples
         pattern = os.path.join(dst, "shard-%06d.tar")
@@ -161,7 +161,7 @@ def to_tar(src: Any, dst: str, *, per_shard: int = 1000, format: str | None = No
         ds.close()
 
 
-def _write_sample(ds: Dataset, gid: int, key: str, writer: ShardWriter) -> bool:
+def _write_sample(ds: IndexedDataset, gid: int, key: str, writer: ShardWriter) -> bool:
     source, i = ds.locate(gid)
     if gid in ds.bad:  # no image member, or a bad label: nothing to convert
         log.warning("turbofeed: convert: leaving out %s/%s: %s", source.path, source.table.keys[i], ds.bad[gid])
@@ -240,7 +240,7 @@ def to_npy(src: Any, dst: str, *, size: int = 224, workers: int = 2, format: str
         raise ValueError(f"size must be >= 1, got {size}")
     final = {name: os.path.join(dst, f"{name}.npy") for name in ("images", "labels", "keys")}
     tmp = {name: path + ".tmp" for name, path in final.items()}
-    ds = Dataset(src, format=format, format_options=format_options)
+    ds = IndexedDataset(src, format=format, format_options=format_options)
     try:
         n = ds.num_samples
         wanted = {"version": 1, "to": "npy", "size": size, "source": _source_fields(ds)}

@@ -104,9 +104,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .decode import probe
-    from .io import Dataset
+    from .io import IndexedDataset
 
-    ds = Dataset(args.data)
+    ds = IndexedDataset(args.data)
     labels = ds.labels[ds.labels >= 0]
     per_class = Counter(labels.tolist())
     rng = np.random.default_rng(0)

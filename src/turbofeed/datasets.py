@@ -5,7 +5,7 @@
 Both are light descriptions: they check their arguments when made and open nothing;
 :class:`turbofeed.DataLoader` and :class:`turbofeed.Pipeline` open them (STYLE.md 13).
 
-Not to be confused with :class:`turbofeed.io.Dataset`, the *opened* dataset (its sources,
+Not to be confused with :class:`turbofeed.io.IndexedDataset`, the *opened* dataset (its sources,
 index and global sample ids) that a loader builds from one of these.
 
 A front-end turns what it was given (a description, or a path with its own data

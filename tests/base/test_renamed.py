@@ -58,7 +58,7 @@ def test_both_names_together_raise():
 
 def test_every_public_taker_of_a_new_name_accepts_the_old_one():
     takers = public_takers()
-    assert {"turbofeed.Dataset", "turbofeed.io.Dataset", "turbofeed.dali.reader", "turbofeed.io.build_index",
+    assert {"turbofeed.Dataset", "turbofeed.io.IndexedDataset", "turbofeed.dali.reader", "turbofeed.io.build_index",
             "turbofeed.io.resolve"} <= set(takers)
     # the loaders take no storage= (it is the Dataset's): s3= is one of their old data keywords there
     assert not {"turbofeed.DataLoader", "turbofeed.Pipeline"} & set(takers)

@@ -12,7 +12,7 @@ import turbofeed
 
 from builders import small_jpeg, write_tar
 from turbofeed.dali.batches import DatasetBatches
-from turbofeed.engine.choose import Source
+from turbofeed.engine.choose import OpenedData
 from turbofeed.errors import SampleError
 
 
@@ -32,8 +32,8 @@ def epoch(batches: DatasetBatches, e: int) -> list[list[str]]:
 
 @pytest.mark.parametrize("on_error", ["skip", "replace", "raise"])
 def test_each_policy_as_the_dataloader_applies_it(tmp_path, on_error):
-    source = Source.open(bad_label_shard(tmp_path), on_error=on_error, cache_dir=None, format=None,
-                         format_options=None, storage=None, classes=None)
+    source = OpenedData.open(bad_label_shard(tmp_path), on_error=on_error, cache_dir=None, format=None,
+                             format_options=None, storage=None, classes=None)
     batches = DatasetBatches(source, batch_size=3, shuffle=False, seed=0, shard_id=0, num_shards=1,
                              return_keys=True, threads=2)
     try:

@@ -212,7 +212,7 @@ def test_an_image_folder_and_a_dataset_object(image_folder):
     expected = {k: int(label) for _, labels, ks in loader for k, label in zip(ks, labels)}
     got = {k: label for b in run_epoch(build(image_folder, batch_size=7)) for k, label in zip(b[0], b[1])}
     assert got == expected and len(got) == 30
-    dataset = turbofeed.io.Dataset(image_folder)
+    dataset = turbofeed.io.IndexedDataset(image_folder)
     got = {k: label for b in run_epoch(build(dataset, batch_size=7)) for k, label in zip(b[0], b[1])}
     assert got == expected
 

@@ -24,7 +24,7 @@ from turbofeed.decode import decode, native
 from turbofeed.decode.orientation import jpeg_orientation, orientation, stored_box, upright, upright_size
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.work import SampleWork
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.transforms import Window, resample
 
 TAGS = range(1, 9)
@@ -91,7 +91,7 @@ def rotated_shard(tmp_path, tar_writer):
 def expected(path: str, transform, *, seed: int = 0, epoch: int = 0) -> dict[int, np.ndarray]:
     """Per tag: Pillow's upright image, cropped with the window the loader draws for it
     (flipped when the window says so), CHW."""
-    dataset = Dataset(path)
+    dataset = IndexedDataset(path)
     work = SampleWork(dataset, transform, Stats(), seed=seed, epoch=epoch)
     out = {}
     for gid in range(dataset.num_samples):
@@ -109,7 +109,7 @@ def test_sample_work_turns_the_crop_upright(rotated_shard, native_path):
         pytest.skip("turbofeed.decode._crop is not built")
     transform = T.imagenet_train(24, scale=(0.2, 0.6))  # random, off-centre windows and flips
     want = expected(rotated_shard, transform)
-    dataset = Dataset(rotated_shard)
+    dataset = IndexedDataset(rotated_shard)
     work = SampleWork(dataset, transform, Stats(), seed=0, epoch=0, orient=True)
     work.native = native_path
     for gid in range(dataset.num_samples):
@@ -137,7 +137,7 @@ def test_pipeline_full_images_come_upright(rotated_shard, stand_in_decoder):
     for gpu in (False, stand_in_decoder):
         with turbofeed.Pipeline(rotated_shard, num_workers=2, apply_exif_orientation=True, gpu_decode=gpu) as pipe:
             for s in pipe:
-                data = Dataset(rotated_shard).read(int(s.key[1:]) - 1)
+                data = IndexedDataset(rotated_shard).read(int(s.key[1:]) - 1)
                 assert np.array_equal(s.get_image(), reference(data)), (s.key, gpu)
 
 

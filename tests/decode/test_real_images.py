@@ -17,7 +17,7 @@ from turbofeed.decode import decode, decode_pillow, native, scan
 from turbofeed.decode.orientation import orientation, upright
 from turbofeed.engine.stats import Stats
 from turbofeed.engine.work import SampleWork
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.transforms import resample
 
 DATA = Path(__file__).parent.parent / "data" / "pillow"
@@ -68,7 +68,7 @@ def test_real_turned_photos_crop_upright(tmp_path, tar_writer, native_path):
     members = []
     for tag in range(2, 9):
         members += [(f"t{tag}.jpg", read(f"hopper_orientation_{tag}.jpg")), (f"t{tag}.cls", str(tag).encode())]
-    dataset = Dataset(tar_writer(str(tmp_path / "turned.tar"), members))
+    dataset = IndexedDataset(tar_writer(str(tmp_path / "turned.tar"), members))
     transform = T.imagenet_train(40, scale=(0.2, 0.5))
     work = SampleWork(dataset, transform, Stats(), seed=3, epoch=1, orient=True)
     work.native = native_path

@@ -12,7 +12,7 @@ from PIL import Image
 
 from turbofeed.decode import native
 from turbofeed.engine.checked import CheckedScans
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 
 from builders import encode, small_jpeg, write_tar
 from image_cases import cut_scan, ones_in_scan, textured
@@ -43,7 +43,7 @@ def shards(tmp_path):
 
 def test_marks_are_per_dataset_and_sample(folders):
     checked = CheckedScans()
-    a, b = Dataset(folders), Dataset(folders)
+    a, b = IndexedDataset(folders), IndexedDataset(folders)
     assert not checked.intact(a, 3)
     checked.mark(a, 3)
     assert checked.intact(a, 3)
@@ -59,13 +59,13 @@ def test_samples_the_index_found_intact_start_checked(tmp_path):
                ("d.png", encode(Image.fromarray(textured(seed=2)), "PNG")), ("e.jpg", small_jpeg(3))]
     path = write_tar(str(tmp_path / "mixed.tar"), members)
     for index in (False, None):  # built in memory; built, written and mapped
-        assert CheckedScans().flags(Dataset(path, index=index)).tolist() == [True, False, False, False, True]
+        assert CheckedScans().flags(IndexedDataset(path, index=index)).tolist() == [True, False, False, False, True]
 
 
 @needs_native
 def test_a_dataset_whose_sources_changed_starts_again_from_its_index(shards):
     checked = CheckedScans()
-    data = Dataset(shards, index=False)
+    data = IndexedDataset(shards, index=False)
     assert checked.flags(data).all()  # the index found every scan intact
     write_tar(shards[0] + ".new", [(f"n_{i}.jpg", small_jpeg(50 + i)) for i in range(4)])
     os.replace(shards[0] + ".new", shards[0])
@@ -78,7 +78,7 @@ def test_a_dataset_whose_sources_changed_starts_again_from_its_index(shards):
 
 
 def test_threads_marking_at_once_never_lose_or_invent_a_mark(folders):
-    checked, data = CheckedScans(), Dataset([folders] * 256)
+    checked, data = CheckedScans(), IndexedDataset([folders] * 256)
     n = len(data)
 
     def mark(parity: int) -> None:

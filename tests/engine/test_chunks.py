@@ -432,7 +432,7 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatc
     loader = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)  # no pass but the one counted
     got = epoch(loader)
     stats = loader.stats.as_dict()  # each chunk's read counted: its time and bytes
-    images = sum(int(source.table.sizes.sum()) for source in turbofeed.io.Dataset(shards).sources)
+    images = sum(int(source.table.sizes.sum()) for source in turbofeed.io.IndexedDataset(shards).sources)
     assert stats["seconds"]["fetch"] > 0 and stats["bytes_read"] == images
     per_sample(monkeypatch)
     reference = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)

@@ -52,7 +52,7 @@ def indexed(tmp_path, tar_writer) -> str:
     folder = tmp_path / "data"
     folder.mkdir()
     tar_writer(str(folder / "damaged.tar"), members())
-    turbofeed.io.Dataset(str(folder))
+    turbofeed.io.IndexedDataset(str(folder))
     assert os.path.isfile(folder / "turbofeed.index")
     return str(folder)
 
@@ -172,7 +172,7 @@ def test_an_index_of_the_previous_version_is_refused_and_rebuilt_with_verdicts(i
     write_index(index, header, old)
     monkeypatch.undo()
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        data = turbofeed.io.Dataset(indexed)
+        data = turbofeed.io.IndexedDataset(indexed)
     assert "format version 4" in caplog.text and "building it again" in caplog.text
     header, arrays = read_index(index)
     assert header["version"] == fileformat.VERSION and arrays["scan"].tolist() == [1, 2, 2, 1, 1, 1, 1, 1]

@@ -13,7 +13,7 @@ from builders import small_jpeg
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.io import Dataset, build_index
+from turbofeed.io import IndexedDataset, build_index
 
 webdataset = pytest.importorskip("webdataset")
 
@@ -61,7 +61,7 @@ def test_caption_shards_are_unlabelled_with_one_warning_showing_fields(tmp_path,
 def test_the_fields_line_of_the_warning_loads_the_captions(tmp_path, caplog):
     path = _laion(tmp_path / "laion-00000.tar", meta=False)
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    Dataset(path)
+    IndexedDataset(path)
     (warning,) = _caption_warnings(caplog)
     line = warning.split("fields=", 1)[1].split("); if", 1)[0]
     assert line == '{"image": "jpg", "caption": "txt"}'
@@ -83,7 +83,7 @@ def test_integer_txt_cls_and_json_labels_stay_labels(tmp_path, caplog):
         {"__key__": "e", "jpg": small_jpeg(4), "txt": "a caption"},
     ])
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert ds.labels.tolist() == [7, 3, 5, 2, -1]  # .cls wins over the caption; ints mixed with a caption is fine
     assert ds.class_names is None
     (warning,) = _caption_warnings(caplog)
@@ -101,14 +101,14 @@ def test_an_empty_caption_is_an_unlabelled_sample_not_a_bad_one(tmp_path):
     assert loader.stats.skipped_at_index == 0 and loader.stats.errors == {}
     loader.close()
     build_index(str(data), progress=False)
-    assert Dataset(str(data)).labels.tolist() == [-1, -1, -1, 7]  # from the dataset index too
+    assert IndexedDataset(str(data)).labels.tolist() == [-1, -1, -1, 7]  # from the dataset index too
 
 
 def test_json_class_names_are_numbered_as_before(tmp_path, caplog):
     path = _write(tmp_path / "s.tar", [{"__key__": f"k{i}", "jpg": small_jpeg(i), "json": {"label": n}}
                                        for i, n in enumerate(["emu", "cat", "emu"])])
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert ds.class_names == ["cat", "emu"] and ds.labels.tolist() == [1, 0, 1]
     assert _caption_warnings(caplog) == []
 
@@ -121,7 +121,7 @@ def test_txt_class_names_with_classes_are_labels(tmp_path, caplog):
                                   transform=T.imagenet_eval(32))
     assert next(iter(loader))[1].tolist() == [1, 0, 1]
     assert _caption_warnings(caplog) == []
-    assert Dataset(path).labels.tolist() == [-1, -1, -1]  # without classes: captions
+    assert IndexedDataset(path).labels.tolist() == [-1, -1, -1]  # without classes: captions
     loader.close()
 
 
@@ -132,11 +132,11 @@ def test_the_dataset_index_gives_the_same_unlabelled_samples(tmp_path, caplog, p
     _laion(data / "laion-00001.tar", [str(i) for i in range(4)] + CAPTIONS[:4])
     build_index(str(data), progress=False)
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    indexed, alone = Dataset(str(data)), Dataset(str(data), index=False)
+    indexed, alone = IndexedDataset(str(data)), IndexedDataset(str(data), index=False)
     assert indexed.index is not None and alone.index is None
     assert indexed.labels.tolist() == alone.labels.tolist() == [-1] * 8 + [0, 1, 2, 3] + [-1] * 4
     assert indexed.content_print() == alone.content_print()
-    assert len(_caption_warnings(caplog)) == 2  # one per Dataset
+    assert len(_caption_warnings(caplog)) == 2  # one per IndexedDataset
 
 
 def test_json_names_beside_an_empty_txt_are_numbered_and_the_empty_one_is_unlabelled(tmp_path, caplog):
@@ -147,7 +147,7 @@ def test_json_names_beside_an_empty_txt_are_numbered_and_the_empty_one_is_unlabe
         {"__key__": "c", "jpg": small_jpeg(2), "json": {"label": "cat"}},
     ])
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert ds.class_names == ["cat", "emu"] and ds.labels.tolist() == [1, -1, 0]
     assert _caption_warnings(caplog) == []
 
@@ -160,5 +160,5 @@ def test_json_names_beside_an_integer_txt_are_a_mix_refused_without_classes(tmp_
         {"__key__": "b", "jpg": small_jpeg(1), "txt": "3"},
     ])
     with pytest.raises(turbofeed.DatasetError, match="mixes integer labels .* and class names"):
-        Dataset(path)
-    assert Dataset(path, classes=["cat", "emu", "x", "y"]).labels.tolist() == [1, 3]
+        IndexedDataset(path)
+    assert IndexedDataset(path, classes=["cat", "emu", "x", "y"]).labels.tolist() == [1, 3]

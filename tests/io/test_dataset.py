@@ -6,13 +6,13 @@ import os
 import shutil
 import tarfile
 
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 
 
 def test_global_ids_follow_shard_order(shards, shard_paths):
     """Global id g is the g-th image of the concatenated shards: same key, label and bytes
     as tarfile finds there."""
-    ds = Dataset(shards)
+    ds = IndexedDataset(shards)
     expected = []
     for path in shard_paths:
         with tarfile.open(path) as tf:
@@ -33,7 +33,7 @@ def test_fingerprint_fields_ignore_where_the_copy_lives(shards, tmp_path):
     """Per-node copies at another path resume alike: only shard names and sizes count."""
     copy = tmp_path / "copy"
     shutil.copytree(shards, copy, ignore=shutil.ignore_patterns("*.tmp"))
-    a, b = Dataset(shards), Dataset(str(copy))
+    a, b = IndexedDataset(shards), IndexedDataset(str(copy))
     assert a.fingerprint_fields() == b.fingerprint_fields()
     os.remove(copy / "shard-000002.tar")
-    assert Dataset(str(copy)).fingerprint_fields() != a.fingerprint_fields()
+    assert IndexedDataset(str(copy)).fingerprint_fields() != a.fingerprint_fields()

@@ -1,7 +1,7 @@
 """io.dsindex: the compact dataset index (`turbofeed index DATA`) against the per-shard path.
 
-Every comparison builds the same data twice, ``Dataset(data)`` (from the index) and
-``Dataset(data, index=False)`` with the ``per_shard`` fixture (each shard indexed on its
+Every comparison builds the same data twice, ``IndexedDataset(data)`` (from the index) and
+``IndexedDataset(data, index=False)`` with the ``per_shard`` fixture (each shard indexed on its
 own, as compressed shards still are), and requires the same
 samples, labels, class names, member reads, problems and damage reports.
 """
@@ -22,7 +22,7 @@ from builders import small_jpeg, tar_bytes, write_tar
 
 import turbofeed
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, resolve
+from turbofeed.io import IndexedDataset, resolve
 from turbofeed.io.columns import JoinedColumn, LabelColumn, StrColumn
 from turbofeed.io.dsindex import INDEX_NAME, build_index, find
 from turbofeed.io.local import tar as tar_module
@@ -66,7 +66,7 @@ def _int_labelled(folder) -> str:
     return str(folder)
 
 
-def _same(a: Dataset, b: Dataset) -> None:
+def _same(a: IndexedDataset, b: IndexedDataset) -> None:
     """``a`` (from the index) delivers what ``b`` (per shard) delivers."""
     assert a.index is not None and b.index is None
     assert (a.num_samples, a.problems, a.damaged) == (b.num_samples, b.problems, b.damaged)
@@ -91,9 +91,9 @@ def test_tables_labels_and_reads_equal_the_per_shard_path(tmp_path, caplog, per_
     done = build_index(data, cache_dir=str(tmp_path / "cache"), progress=False)
     assert done.path == os.path.join(data, INDEX_NAME) and done.shards == 8 and done.unindexed == 2
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        a = Dataset(data, cache_dir=str(tmp_path / "cache"))
+        a = IndexedDataset(data, cache_dir=str(tmp_path / "cache"))
     assert not [r for r in caplog.records if "changed or added" in r.getMessage()]
-    b = Dataset(data, cache_dir=str(tmp_path / "cache"), index=False)
+    b = IndexedDataset(data, cache_dir=str(tmp_path / "cache"), index=False)
     _same(a, b)
     # j2 (bad label), j3 (no image), j4 (a label over 64 KiB, read from the shard: not an int64)
     # keep their ids and are bad samples when fetched
@@ -101,10 +101,10 @@ def test_tables_labels_and_reads_equal_the_per_shard_path(tmp_path, caplog, per_
     assert set(a.damaged) == {f"{data}/s-002.tar", f"{data}/s-003.tar", f"{data}/s-004.tar"}
     assert isinstance(a.sources[0].table.keys, StrColumn) and isinstance(a.sources[0].table.labels, LabelColumn)
     assert isinstance(a.sources[0].table.image_names, JoinedColumn)
-    _same(Dataset(data, labels=False, cache_dir=str(tmp_path / "cache")),
-          Dataset(data, labels=False, cache_dir=str(tmp_path / "cache"), index=False))
+    _same(IndexedDataset(data, labels=False, cache_dir=str(tmp_path / "cache")),
+          IndexedDataset(data, labels=False, cache_dir=str(tmp_path / "cache"), index=False))
     names = [str(i) for i in range(10)]
-    _same(Dataset(data, classes=names), Dataset(data, classes=names, index=False))
+    _same(IndexedDataset(data, classes=names), IndexedDataset(data, classes=names, index=False))
 
 
 def test_damage_raises_and_label_errors_read_the_same(tmp_path, per_shard):
@@ -113,10 +113,10 @@ def test_damage_raises_and_label_errors_read_the_same(tmp_path, per_shard):
     errors = []
     for index in (None, False):
         with pytest.raises(DatasetError) as info:
-            Dataset(data, on_damage="raise", index=index)
+            IndexedDataset(data, on_damage="raise", index=index)
         errors.append(str(info.value))
         with pytest.raises(DatasetError) as info:
-            Dataset(data, classes=["0", "1"], index=index)
+            IndexedDataset(data, classes=["0", "1"], index=index)
         errors.append(str(info.value))
     assert errors[:2] == errors[2:]
     assert "s-002.tar: truncated or corrupt at byte offset" in errors[0]
@@ -130,16 +130,16 @@ def test_class_names_and_mixed_labels(tmp_path, per_shard):
         write_tar(str(data / f"n-{s}.tar"), [m for i, n in enumerate(names)
                                              for m in _sample(f"k{s}{i}", json.dumps({"label": n}).encode(), "json", seed=i)])
     build_index(str(data), progress=False)
-    _same(Dataset(str(data)), Dataset(str(data), index=False))
-    assert Dataset(str(data)).class_names == ["cat", "dog", "emu"]
-    _same(Dataset(str(data), classes=["emu", "dog", "cat", "yak"]),
-          Dataset(str(data), classes=["emu", "dog", "cat", "yak"], index=False))
+    _same(IndexedDataset(str(data)), IndexedDataset(str(data), index=False))
+    assert IndexedDataset(str(data)).class_names == ["cat", "dog", "emu"]
+    _same(IndexedDataset(str(data), classes=["emu", "dog", "cat", "yak"]),
+          IndexedDataset(str(data), classes=["emu", "dog", "cat", "yak"], index=False))
     write_tar(str(data / "n-2.tar"), _sample("k20", b"4"))
     build_index(str(data), progress=False)
     messages = []
     for index in (None, False):
         with pytest.raises(DatasetError, match="mixes integer labels") as info:
-            Dataset(str(data), index=index)
+            IndexedDataset(str(data), index=index)
         messages.append(str(info.value))
     assert messages[0] == messages[1]
 
@@ -147,7 +147,7 @@ def test_class_names_and_mixed_labels(tmp_path, per_shard):
 def test_fields_of_laion_shards_equal_the_per_shard_path(laion_shards, tmp_path, per_shard):
     paths, _ = laion_shards
     build_index(paths, progress=False)  # a list: written to the index cache
-    a, b = Dataset(paths, labels=False), Dataset(paths, labels=False, index=False)
+    a, b = IndexedDataset(paths, labels=False), IndexedDataset(paths, labels=False, index=False)
     _same(a, b)
     assert a.index.path.startswith(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "dataset-index"))
 
@@ -157,13 +157,13 @@ def test_the_loader_builds_no_per_shard_index(tmp_path, monkeypatch, per_shard):
     os.remove(f"{data}/s-006.tar.gz")  # compressed shards are always indexed on their own
     os.remove(f"{data}/s-007.tar")
     build_index(data, progress=False)
-    expected = Dataset(data, index=False, cache_dir=str(tmp_path / "per-shard")).num_samples
+    expected = IndexedDataset(data, index=False, cache_dir=str(tmp_path / "per-shard")).num_samples
     cache = tmp_path / "fresh-cache"
 
     def refuse(*args, **kwargs):
         raise AssertionError("a per-shard index was built")
     monkeypatch.setattr(tar_module, "index_shard", refuse)
-    ds = Dataset(data, cache_dir=str(cache))
+    ds = IndexedDataset(data, cache_dir=str(cache))
     assert ds.num_samples == expected and ds.index is not None and not cache.exists()
 
 
@@ -182,7 +182,7 @@ def test_loader_epochs_are_the_same_with_and_without_the_index(shards, tmp_path)
         return out
     without = epoch()
     build_index(data, progress=False)
-    assert Dataset(data).index is not None
+    assert IndexedDataset(data).index is not None
     for (xa, ya, ka), (xb, yb, kb) in zip(epoch(), without, strict=True):
         assert ka == kb and (ya == yb).all() and (xa == xb).all()
 
@@ -198,7 +198,7 @@ def test_a_rewritten_and_an_added_shard_are_indexed_into_a_new_version(tmp_path,
     (data / "s-3.tar").write_bytes(tar_bytes(_sample("added", b"3", seed=200)))
     old = os.stat(data / INDEX_NAME).st_ino
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        ds = Dataset(str(data))
+        ds = IndexedDataset(str(data))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "4 shards (2 read, 2 unchanged)" in caplog.text
     assert os.stat(data / INDEX_NAME).st_ino != old  # a new file, renamed over the old one
@@ -215,7 +215,7 @@ def test_refresh_reindexes_a_shard_rewritten_after_the_dataset_was_built(tmp_pat
     for s in range(2):
         write_tar(str(data / f"s-{s}.tar"), [m for i in range(3) for m in _sample(f"k{s}{i}", b"1", seed=s * 10 + i)])
     build_index(str(data), progress=False)
-    ds = Dataset(str(data))
+    ds = IndexedDataset(str(data))
     assert ds.index is not None and ds.refresh() == []
     (data / "s-0.tar").write_bytes(tar_bytes(_sample("x", b"4", seed=50)))
     assert ds.refresh() == [str(data / "s-0.tar")]
@@ -231,7 +231,7 @@ def test_local_shards_without_an_index_get_one_without_a_hint(tmp_path, caplog, 
             write_tar(str(folder / f"s-{s:03d}.tar"), _sample(f"k{s}", b"1", seed=s))
     with caplog.at_level(logging.INFO, logger="turbofeed"):
         for folder in (few, many):
-            ds = Dataset(str(folder))
+            ds = IndexedDataset(str(folder))
             assert ds.index.path == str(folder / INDEX_NAME) and len(ds) == len(ds.sources)
     assert not [r for r in caplog.records if "no dataset index" in r.getMessage() or r.levelno >= logging.WARNING]
 
@@ -246,7 +246,7 @@ def test_the_file_is_compact_and_mapped_in_narrow_dtypes(tmp_path):
         write_tar(str(data / f"s-{s}.tar"), members)
     done = build_index(str(data), progress=False)
     assert done.samples == 2000 and done.bytes_per_sample < 60
-    ds = Dataset(str(data))
+    ds = IndexedDataset(str(data))
     a = ds.index.arrays
     assert a["offset"].dtype == np.uint32 and a["member_offset"].dtype == np.uint32
     assert a["size"].dtype == np.uint8 and a["label_value"].dtype == np.uint8 and a["label_kind"].dtype == np.uint8
@@ -269,10 +269,10 @@ def test_the_resolver_never_takes_the_index_for_data(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
         assert [p for _, p in resolve(str(data))] == [str(data / "s-0.tar"), str(data / "s-1.tar")]
         assert [p for _, p in resolve(str(data / "*"))] == [str(data / "s-0.tar"), str(data / "s-1.tar")]
-        assert Dataset(str(data / "s-{0..1}.tar")).index.path == str(data / INDEX_NAME)  # beside the shards
+        assert IndexedDataset(str(data / "s-{0..1}.tar")).index.path == str(data / INDEX_NAME)  # beside the shards
     assert not caplog.records
     with pytest.raises(DatasetError, match="a turbofeed dataset index, not data"):
-        Dataset(str(data / INDEX_NAME))
+        IndexedDataset(str(data / INDEX_NAME))
 
 
 def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, caplog):
@@ -283,19 +283,19 @@ def test_patterns_go_to_the_index_cache_and_out_is_passed_as_index(tmp_path, cap
     cache = str(tmp_path / "cache")
     done = build_index(str(data / "s-{0..1}.tar"), cache_dir=cache, progress=False)
     assert done.path.startswith(os.path.join(cache, "dataset-index")) and done.shards == 2
-    assert Dataset(str(data / "s-{0..1}.tar"), cache_dir=cache).index.path == done.path
-    assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)  # another list: built
+    assert IndexedDataset(str(data / "s-{0..1}.tar"), cache_dir=cache).index.path == done.path
+    assert IndexedDataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)  # another list: built
     out = str(tmp_path / "elsewhere" / "my.index")
     assert build_index(str(data), out=out, progress=False).path == out
     shutil.move(out, str(tmp_path / "moved.index"))  # names are absolute outside the data's folder
-    ds = Dataset(str(data), index=str(tmp_path / "moved.index"))
+    ds = IndexedDataset(str(data), index=str(tmp_path / "moved.index"))
     assert ds.index.origin == str(tmp_path / "moved.index") and len(ds) == 3
     (data / "s-2.tar").write_bytes(tar_bytes(_sample("k2", b"1", seed=2) + _sample("k3", b"1", seed=3)))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        assert len(Dataset(str(data), index=str(tmp_path / "moved.index"))) == 4
+        assert len(IndexedDataset(str(data), index=str(tmp_path / "moved.index"))) == 4
     assert f"`turbofeed index {data} --out {tmp_path / 'moved.index'}`" in caplog.text
     with pytest.raises(DatasetError, match="no dataset index at"):
-        Dataset(str(data), index=str(tmp_path / "missing.index"))
+        IndexedDataset(str(data), index=str(tmp_path / "missing.index"))
 
 
 def test_a_folder_copied_with_its_index_is_indexed_again(tmp_path, caplog):
@@ -308,7 +308,7 @@ def test_a_folder_copied_with_its_index_is_indexed_again(tmp_path, caplog):
     build_index(str(data), progress=False)
     moved = shutil.copytree(str(data), str(tmp_path / "copy"))  # copy2: same sizes and mtimes
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        ds = Dataset(moved)
+        ds = IndexedDataset(moved)
     assert ds.index.path == os.path.join(moved, INDEX_NAME) and ds.index.stale(ds._located) == []
     assert [s.path for s in ds.sources] == [os.path.join(moved, "s-0.tar"), os.path.join(moved, "s-1.tar")]
     assert "2 shards (2 read, 0 unchanged)" in caplog.text and list(ds.labels) == [1, 1]
@@ -320,7 +320,7 @@ def test_a_damaged_index_file_is_skipped_with_a_warning(tmp_path, caplog):
     write_tar(str(data / "s-0.tar"), _sample("k", b"1"))
     (data / INDEX_NAME).write_bytes(b"not an index at all, really, not one bit of it" * 3)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(str(data))
+        ds = IndexedDataset(str(data))
     assert ds.index.path == str(data / INDEX_NAME) and len(ds) == 1  # replaced by a good one
     assert [r.getMessage() for r in caplog.records] == [f"turbofeed: {data / INDEX_NAME}: not a turbofeed dataset "
                                                         "index; building it again"]
@@ -403,7 +403,7 @@ def test_s3_index_beside_the_prefix_starts_without_reading_a_shard(s3, tmp_path)
     done = build_index(prefix, progress=False)
     assert done.path == prefix + INDEX_NAME and (done.shards, done.samples, done.unindexed) == (4, 9, 1)
     before = _client_stats()
-    ds = Dataset(prefix, cache_dir=str(tmp_path / "fresh"))  # no local copy of the index yet
+    ds = IndexedDataset(prefix, cache_dir=str(tmp_path / "fresh"))  # no local copy of the index yet
     after = _client_stats()
     assert ds.index.origin == prefix + INDEX_NAME
     assert after["requests"] - before["requests"] == 2 + 1  # LIST, the index's GET; the .tar.gz's GET
@@ -411,16 +411,16 @@ def test_s3_index_beside_the_prefix_starts_without_reading_a_shard(s3, tmp_path)
     assert after["cache_misses"] == before["cache_misses"]
     assert [len(s.table) for s in ds.sources] == [3, 3, 3, 1]
     assert [s.info.size for s in ds.sources[:3]] == ds.index.shard_bytes()[:3].tolist()
-    reference = Dataset(prefix, index=False, cache_dir=str(tmp_path / "per-shard"))
+    reference = IndexedDataset(prefix, index=False, cache_dir=str(tmp_path / "per-shard"))
     _same(ds, reference)
     ds.close()  # stops their prefetch downloads, which the next counts must not see
     reference.close()
     again = _client_stats()
-    Dataset(prefix, cache_dir=str(tmp_path / "fresh")).close()  # the index's copy is local now
+    IndexedDataset(prefix, cache_dir=str(tmp_path / "fresh")).close()  # the index's copy is local now
     now = _client_stats()
     assert (now["requests"] - again["requests"], now["bytes_read"] - again["bytes_read"]) == (1, 0)  # the LIST
-    assert Dataset(prefix + "s-*.tar").index.origin == prefix + INDEX_NAME  # a glob lists the folder too
-    named = Dataset([prefix + "s-0.tar", prefix + "s-1.tar"], index=prefix + INDEX_NAME)  # found with a HEAD
+    assert IndexedDataset(prefix + "s-*.tar").index.origin == prefix + INDEX_NAME  # a glob lists the folder too
+    named = IndexedDataset([prefix + "s-0.tar", prefix + "s-1.tar"], index=prefix + INDEX_NAME)  # found with a HEAD
     assert named.index.origin == prefix + INDEX_NAME and len(named) == 6
 
 
@@ -429,7 +429,7 @@ def test_s3_index_copy_damaged_in_the_cache_is_refused_then_downloaded_again(s3,
     _shards_to(s3, prefix, 2)
     build_index(prefix, cache_dir=str(tmp_path / "builder"), progress=False)
     cache = str(tmp_path / "cache")
-    Dataset(prefix, cache_dir=cache).close()  # downloads the index's copy
+    IndexedDataset(prefix, cache_dir=cache).close()  # downloads the index's copy
     folder = os.path.join(cache, "dataset-index", "s3")
     (copy,) = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".index")]
     with open(copy, "r+b") as f:  # one byte of its arrays flipped on disk
@@ -438,12 +438,12 @@ def test_s3_index_copy_damaged_in_the_cache_is_refused_then_downloaded_again(s3,
         f.seek(64)
         f.write(bytes([byte ^ 0x01]))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(prefix, cache_dir=cache)
+        ds = IndexedDataset(prefix, cache_dir=cache)
     assert ds.index is None and f"{copy}: damaged dataset index (checksum mismatch)" in caplog.text
     assert [ds.describe(g)[1] for g in range(len(ds))] == ["k00", "k01", "k02", "k10", "k11", "k12"]
     assert list(ds.labels) == [0, 1, 2, 1, 2, 3]
     ds.close()
-    again = Dataset(prefix, cache_dir=cache)
+    again = IndexedDataset(prefix, cache_dir=cache)
     assert again.index is not None and list(again.labels) == [0, 1, 2, 1, 2, 3]
     again.close()
 
@@ -454,7 +454,7 @@ def test_s3_replaced_object_falls_back_with_a_warning_and_its_new_bytes(s3, tmp_
     build_index(prefix, progress=False)
     s3(f"{prefix}s-1.tar", tar_bytes(_sample("fresh", b"8", seed=77)))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(prefix)
+        ds = IndexedDataset(prefix)
     warned = [r.getMessage() for r in caplog.records if "changed or added" in r.getMessage()]
     assert len(warned) == 1 and "s-1.tar" in warned[0] and f"`turbofeed index {prefix}`" in warned[0]
     assert ds.num_samples == 4 and ds.describe(3)[1] == "fresh" and ds.read(3) == small_jpeg(77)
@@ -475,11 +475,11 @@ def test_s3_without_put_rights_the_index_goes_to_the_cache(s3, tmp_path, monkeyp
     assert done.path.startswith(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "dataset-index"))
     assert "AccessDenied" in done.note
     before = _client_stats()
-    ds = Dataset(prefix)
+    ds = IndexedDataset(prefix)
     assert ds.index.path == done.path and _client_stats()["requests"] - before["requests"] == 1  # the LIST
     monkeypatch.setattr(find, "_HINTED", set())
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        Dataset(f"s3://{BUCKET}/c/s-0.tar", index=None)
+        IndexedDataset(f"s3://{BUCKET}/c/s-0.tar", index=None)
     assert any("no dataset index for s3://" in r.getMessage() for r in caplog.records)
 
 
@@ -490,12 +490,12 @@ def test_s3_index_copy_in_a_cache_others_can_write_is_not_used(s3, tmp_path, cap
     _shards_to(s3, prefix, 2)
     build_index(prefix, cache_dir=str(tmp_path / "builder"), progress=False)
     cache = tmp_path / "cache"
-    first = Dataset(prefix, cache_dir=str(cache))  # downloads the index's copy
+    first = IndexedDataset(prefix, cache_dir=str(cache))  # downloads the index's copy
     assert first.index is not None
     first.close()
     cache.chmod(0o777)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(prefix, cache_dir=str(cache))
+        ds = IndexedDataset(prefix, cache_dir=str(cache))
     assert ds.index is None and list(ds.labels) == [0, 1, 2, 1, 2, 3]
     assert f"{cache} is writable by others (mode 0777, no sticky bit)" in caplog.text
     ds.close()
@@ -511,21 +511,21 @@ def test_the_index_covering_the_most_shards_is_used_and_one_covering_none_is_not
     mine = cached_path([("tar", p) for p in shard], cache)  # the cache's file for both shards
     build_index(str(data), out=mine, cache_dir=cache, progress=False)  # lists s-0 alone
     write_tar(shard[1], _sample("b", b"2", seed=1))
-    ds = Dataset(str(data), cache_dir=cache)  # nothing beside the data; the cache's covers 1 of 2
+    ds = IndexedDataset(str(data), cache_dir=cache)  # nothing beside the data; the cache's covers 1 of 2
     assert ds.index.path == str(data / INDEX_NAME) and list(ds.labels) == [1, 2]  # built, s-0 from it
     os.unlink(data / INDEX_NAME)
     build_index(str(data), progress=False)  # beside the data, both shards: it wins
-    assert Dataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)
+    assert IndexedDataset(str(data), cache_dir=cache).index.path == str(data / INDEX_NAME)
     os.unlink(data / INDEX_NAME)
     write_tar(str(data / "s-2.tar"), _sample("c", b"3", seed=2))
     build_index(str(data / "s-{0..1}.tar"), out=str(data / INDEX_NAME), progress=False)  # beside: 2 of 3
     mine3 = cached_path([("tar", p) for p in shard + [str(data / "s-2.tar")]], cache)
     build_index(str(data), out=mine3, cache_dir=cache, progress=False)  # the cache's: all 3
-    assert Dataset(str(data), cache_dir=cache).index.path == mine3  # a whole one after a partial one
+    assert IndexedDataset(str(data), cache_dir=cache).index.path == mine3  # a whole one after a partial one
     os.unlink(mine3)
     for k in range(3):  # renamed: the index beside lists none of them
         os.rename(data / f"s-{k}.tar", data / f"t-{k}.tar")
-    ds = Dataset(str(data), cache_dir=cache)
+    ds = IndexedDataset(str(data), cache_dir=cache)
     assert ds.index.path == str(data / INDEX_NAME) and list(ds.labels) == [1, 2, 3]
 
 
@@ -550,7 +550,7 @@ def test_shards_kept_in_a_new_version_keep_exactly_their_own_members(tmp_path):
         write_tar(str(data / f"s-{s}.tar"), members(s, 3, "k"))
     build_index(str(data), progress=False)
     (data / "s-1.tar").write_bytes(tar_bytes(members(1, 2, "new")))  # rewritten: s-0 and s-2 kept
-    ds = Dataset(str(data))
+    ds = IndexedDataset(str(data))
     assert ds.index is not None and len(ds) == 8
     for gid in range(len(ds)):
         key = ds.describe(gid)[1]
@@ -567,7 +567,7 @@ def test_an_index_written_to_a_folder_that_does_not_exist_yet_makes_it(tmp_path)
     out = tmp_path / "not" / "yet" / "there.index"
     build_index(str(data), out=str(out), progress=False)
     assert out.is_file()
-    ds = Dataset(str(data), index=str(out))
+    ds = IndexedDataset(str(data), index=str(out))
     assert ds.index is not None and len(ds) == 3
 
 
@@ -583,5 +583,5 @@ def test_an_index_the_user_names_is_used_wherever_it_lies(tmp_path):
     build_index(str(data), out=str(out), progress=False)
     os.chmod(shared, 0o777)
     os.chmod(out, 0o666)
-    ds = Dataset(str(data), index=str(out))
+    ds = IndexedDataset(str(data), index=str(out))
     assert ds.index is not None and os.path.samefile(ds.index.path, out)

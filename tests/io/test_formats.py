@@ -14,7 +14,7 @@ import pytest
 from resume_check import check_resume
 
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, MissingExtra, resolve
+from turbofeed.io import IndexedDataset, MissingExtra, resolve
 
 torch = pytest.importorskip("torch")
 import turbofeed  # noqa: E402
@@ -98,11 +98,11 @@ def test_detection_by_extension_and_explicit_format(tmp_path, array_dataset):
     with pytest.raises(DatasetError, match="pass format="):
         resolve(odd)
     assert resolve(odd, format="hdf5") == [("hdf5", odd)]
-    assert len(Dataset(odd, format="hdf5")) == 48
+    assert len(IndexedDataset(odd, format="hdf5")) == 48
     with pytest.raises(DatasetError, match="no .h5/.hdf5/.hdf/.he5 files in this folder"):
         resolve(str(tmp_path), format="hdf5")  # a folder: its files with that format's extensions
     with pytest.raises(ValueError, match="format must be one of"):
-        Dataset(h5, format="hdf")
+        IndexedDataset(h5, format="hdf")
 
 
 def test_format_of_a_folder(tmp_path, fixed_images, array_dataset):
@@ -111,14 +111,14 @@ def test_format_of_a_folder(tmp_path, fixed_images, array_dataset):
     shutil.copy(array_dataset("hdf5-pixels"), folder / "b.h5")
     shutil.copy(array_dataset("hdf5-jpeg"), folder / "a.hdf5")
     assert [os.path.basename(p) for _, p in resolve(str(folder))] == ["a.hdf5", "b.h5"]
-    ds = turbofeed.io.Dataset(str(folder))
+    ds = turbofeed.io.IndexedDataset(str(folder))
     assert len(ds) == 96 and ds.read(0) == fixed_images["jpegs"][0]
     assert resolve(str(folder), format="folder") == [("folder", str(folder))]
 
 
 def test_unknown_option_is_refused_before_opening(array_dataset):
     with pytest.raises(ValueError, match=r"unknown format_options \['image'\].*'images'"):
-        Dataset(array_dataset("parquet"), format_options={"image": "img"})
+        IndexedDataset(array_dataset("parquet"), format_options={"image": "img"})
     with pytest.raises(ValueError, match="unknown format_options"):
         turbofeed.DataLoader(turbofeed.Dataset(array_dataset("parquet"), format_options={"label_column": "y"}))
 
@@ -132,7 +132,7 @@ def test_missing_library_names_the_extra(module, layout, extra, array_dataset, m
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     with pytest.raises(MissingExtra, match=rf"pip install 'turbofeed\[{extra}\]'") as info:
-        Dataset(path)
+        IndexedDataset(path)
     assert path in str(info.value) and isinstance(info.value, ImportError)
 
 

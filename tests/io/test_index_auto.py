@@ -21,7 +21,7 @@ import time
 import pytest
 from builders import small_jpeg, write_tar
 
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.io.dsindex import INDEX_NAME
 from turbofeed.io.dsindex.lock import WAIT_ENV, lock_path
 
@@ -40,7 +40,7 @@ CHILD = textwrap.dedent("""
         if publishing and kill_at == "publish":  # the temporary file complete, not renamed yet
             os.kill(os.getpid(), signal.SIGKILL)
     sys.addaudithook(hook)
-    from turbofeed.io import Dataset
+    from turbofeed.io import IndexedDataset
     said, warned = [], []
 
     class Keep(logging.Handler):
@@ -52,9 +52,9 @@ CHILD = textwrap.dedent("""
     log.addHandler(Keep())
     log.setLevel(logging.INFO)
     go = os.environ.get("GO_FILE")
-    while go and not os.path.exists(go):  # every child starts its Dataset at once
+    while go and not os.path.exists(go):  # every child starts its IndexedDataset at once
         time.sleep(0.005)
-    ds = Dataset(sys.argv[1])
+    ds = IndexedDataset(sys.argv[1])
     built = [m for m in said if "turbofeed: dataset index" in m and "0 read" not in m]
     print(json.dumps({"opened": len(opened), "built": len(built), "waited": sum("waiting" in m for m in said),
                       "index": ds.index.path, "keys": [ds.describe(g)[1] for g in range(len(ds))],
@@ -139,7 +139,7 @@ def test_a_build_killed_midway_leaves_nothing_believed(tmp_path, caplog, kill_at
     assert len(temps) == (1 if kill_at == "publish" else 0)  # a whole file, never under the index's name
     started = time.monotonic()
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert time.monotonic() - started < 10 and "waiting" not in caplog.text  # the dead builder's lock went
     assert ([ds.describe(g)[1] for g in range(len(ds))], ds.labels.tolist()) == _expected()
     assert ds.index.path == os.path.join(data, INDEX_NAME) and not [n for n in os.listdir(data) if n.endswith(".tmp")]
@@ -169,7 +169,7 @@ def test_a_wait_that_runs_out_builds_in_memory_and_writes_nothing(tmp_path, capl
                 os.close(fd)
         monkeypatch.setenv(WAIT_ENV, "0.5")
         with caplog.at_level(logging.INFO, logger="turbofeed"):
-            ds = Dataset(data)
+            ds = IndexedDataset(data)
     finally:
         holder.kill()
         holder.wait()
@@ -185,9 +185,9 @@ def test_a_read_only_data_folder_gets_its_index_in_the_cache(tmp_path):
     data = _data(tmp_path / "data")
     os.chmod(data, 0o555)
     try:
-        ds = Dataset(data, cache_dir=str(tmp_path / "cache"))
+        ds = IndexedDataset(data, cache_dir=str(tmp_path / "cache"))
         assert ds.index.path.startswith(str(tmp_path / "cache")) and INDEX_NAME not in os.listdir(data)
-        assert Dataset(data, cache_dir=str(tmp_path / "cache")).index.path == ds.index.path
+        assert IndexedDataset(data, cache_dir=str(tmp_path / "cache")).index.path == ds.index.path
     finally:
         os.chmod(data, 0o755)
 
@@ -202,12 +202,12 @@ def test_shards_copied_from_the_old_index_equal_shards_read_again(tmp_path, capl
         write_tar(str(data / f"s-{k}.tar"), [m for i, name in enumerate(pair) for m in [
             (f"k{k}-{i}.{'png' if i else 'jpg'}", _IMAGE), (f"k{k}-{i}.txt", name.encode()),
             (f"k{k}-{i}.json", b'{"i": %d}' % i)]])
-    Dataset(str(data))
+    IndexedDataset(str(data))
     write_tar(str(data / "s-1.tar"), [("k1-0.jpg", _IMAGE), ("k1-0.txt", b"ant")])  # "eel" gone, "ant" new
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        kept = Dataset(str(data))
+        kept = IndexedDataset(str(data))
     assert "3 shards (1 read, 2 unchanged)" in caplog.text
-    fresh = Dataset(str(data), index=False)
+    fresh = IndexedDataset(str(data), index=False)
     assert kept.index.header["label_names"] == ["ant", "cat", "dog", "fox", "gnu"]
     assert kept.class_names == fresh.class_names and kept.labels.tolist() == fresh.labels.tolist()
     for g in range(len(fresh)):

@@ -22,7 +22,7 @@ from builders import small_jpeg, write_tar
 
 import turbofeed
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.io.columns import StrColumn
 from turbofeed.io.dsindex import INDEX_NAME, DatasetIndex, build_index
 from turbofeed.io.dsindex.fileformat import read_index, write_index
@@ -58,11 +58,11 @@ def _snapshot(*folders) -> dict:
     return out
 
 
-def _truth(ds: Dataset) -> list[tuple[str, str, int]]:
+def _truth(ds: IndexedDataset) -> list[tuple[str, str, int]]:
     return [(*ds.describe(g), int(ds.labels[g])) for g in range(len(ds))]
 
 
-def _in_memory(ds: Dataset) -> None:
+def _in_memory(ds: IndexedDataset) -> None:
     """Every plain tar source of ``ds`` comes from a dataset index that is no file."""
     assert isinstance(ds.index, DatasetIndex) and not os.path.exists(ds.index.path)
     # the index's columns, not per-shard rows
@@ -74,12 +74,12 @@ def test_index_false_builds_in_memory_and_writes_nothing(tmp_path):
     cache = tmp_path / "cache"
     default_cache = os.environ["TURBOFEED_CACHE_DIR"]
     before = _snapshot(data, cache, default_cache)
-    ds = Dataset(data, cache_dir=str(cache), index=False)
+    ds = IndexedDataset(data, cache_dir=str(cache), index=False)
     _in_memory(ds)
     assert _snapshot(data, cache, default_cache) == before and not cache.exists()
     assert [(key, label) for _, key, label in _truth(ds)] == \
         [(f"{p}{i}", k + 1) for k, p in enumerate("abc") for i in range(4)]
-    written = Dataset(data, cache_dir=str(cache))  # the automatic index, written next to the data
+    written = IndexedDataset(data, cache_dir=str(cache))  # the automatic index, written next to the data
     assert written.index.path == os.path.join(data, INDEX_NAME)
     assert _truth(written) == _truth(ds) and written.class_names == ds.class_names
     for g in range(len(ds)):
@@ -91,8 +91,8 @@ CHILD = textwrap.dedent("""
     opened = []
     sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" and
                      isinstance(args[0], str) and args[0].endswith(".tar") else None)
-    from turbofeed.io import Dataset
-    ds = Dataset(sys.argv[1], cache_dir=sys.argv[2], index=False)
+    from turbofeed.io import IndexedDataset
+    ds = IndexedDataset(sys.argv[1], cache_dir=sys.argv[2], index=False)
     print(json.dumps({"opened": sorted(opened), "samples": len(ds), "in_memory": ds.index is not None}))
 """)
 
@@ -114,9 +114,9 @@ def test_an_index_planted_next_to_the_data_is_not_used(tmp_path):
     arrays = dict(arrays)
     arrays["label_value"] = arrays["label_value"] + 10  # other labels, a valid file (its checksum written anew)
     write_index(planted, header, arrays)
-    assert sorted(set(Dataset(data).labels.tolist())) == [11, 12, 13]  # believed when looked for
+    assert sorted(set(IndexedDataset(data).labels.tolist())) == [11, 12, 13]  # believed when looked for
     before = _snapshot(data)
-    ds = Dataset(data, index=False)
+    ds = IndexedDataset(data, index=False)
     _in_memory(ds)
     assert sorted(set(ds.labels.tolist())) == [1, 2, 3] and _snapshot(data) == before
 
@@ -165,8 +165,8 @@ def test_damaged_shards_are_reported_as_with_the_automatic_index(tmp_path):
     data = _damaged(tmp_path / "data")
     auto_data = str(tmp_path / "auto")
     shutil.copytree(data, auto_data)
-    mem = Dataset(data, cache_dir=str(tmp_path / "c1"), index=False)
-    auto = Dataset(auto_data, cache_dir=str(tmp_path / "c2"))
+    mem = IndexedDataset(data, cache_dir=str(tmp_path / "c1"), index=False)
+    auto = IndexedDataset(auto_data, cache_dir=str(tmp_path / "c2"))
     assert auto.index.path == os.path.join(auto_data, INDEX_NAME)
     _in_memory(mem)
     rel = lambda paths: [os.path.basename(p) for p in paths]  # noqa: E731
@@ -176,7 +176,7 @@ def test_damaged_shards_are_reported_as_with_the_automatic_index(tmp_path):
     errors = []
     for where, index in ((data, False), (auto_data, None)):
         with pytest.raises(DatasetError) as info:
-            Dataset(where, on_damage="raise", index=index)
+            IndexedDataset(where, on_damage="raise", index=index)
         errors.append(str(info.value).replace(auto_data, data))
     assert errors[0] == errors[1] and "s-1.tar" in errors[0], errors
     for where, index in ((data, False), (auto_data, None)):

@@ -21,7 +21,7 @@ from builders import small_jpeg, write_tar
 
 import turbofeed
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.io.dsindex import INDEX_NAME, build_index
 from turbofeed.io.dsindex import fileformat
 from turbofeed.io.dsindex.fileformat import read_index, write_index
@@ -44,7 +44,7 @@ def _data(folder, shards: int = 3) -> str:
     return str(folder)
 
 
-def _truth(ds: Dataset) -> list[tuple[str, int]]:
+def _truth(ds: IndexedDataset) -> list[tuple[str, int]]:
     return [(ds.describe(g)[1], int(ds.labels[g])) for g in range(len(ds))]
 
 
@@ -66,12 +66,12 @@ def test_shards_swapped_by_mv_are_read_again_into_a_new_index(tmp_path, caplog):
     os.rename(a + ".tmp", b)
     old = os.stat(os.path.join(data, INDEX_NAME)).st_ino
     with caplog.at_level(logging.INFO, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert _truth(ds) == _expected(("b", 2), ("a", 1), ("c", 3))
     assert ds.read(0) == _IMAGE and not _warnings(caplog)
     assert "3 shards (2 read, 1 unchanged)" in caplog.text  # the third is copied from the old index
     assert ds.index.path == os.path.join(data, INDEX_NAME) and os.stat(ds.index.path).st_ino != old
-    assert _truth(Dataset(data)) == _truth(ds) and Dataset(data).index.stale(ds._located) == []
+    assert _truth(IndexedDataset(data)) == _truth(ds) and IndexedDataset(data).index.stale(ds._located) == []
 
 
 def test_a_shard_rewritten_with_the_same_size_and_mtime_is_detected(tmp_path):
@@ -87,7 +87,7 @@ def test_a_shard_rewritten_with_the_same_size_and_mtime_is_detected(tmp_path):
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     after = os.stat(path)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
-    assert _truth(Dataset(data)) == _expected(("a", 1), ("x", 7), ("c", 3))
+    assert _truth(IndexedDataset(data)) == _expected(("a", 1), ("x", 7), ("c", 3))
 
 
 def test_a_folder_renamed_with_its_index_keeps_using_it(tmp_path, caplog):
@@ -96,7 +96,7 @@ def test_a_folder_renamed_with_its_index_keeps_using_it(tmp_path, caplog):
     moved = str(tmp_path / "moved")
     os.rename(data, moved)  # mv: same inodes and times
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(moved)
+        ds = IndexedDataset(moved)
     assert ds.index.path == os.path.join(moved, INDEX_NAME) and not _warnings(caplog)
     assert _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
 
@@ -130,7 +130,7 @@ def test_a_flipped_byte_in_the_index_is_refused_with_one_warning(tmp_path, caplo
         text = open(index, "rb").read()
         _flip(index, text.rindex(b'"samples":4') + len('"samples":'))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))  # rebuilt
     warned = _warnings(caplog)
     assert len(warned) == 1 and index in warned[0] and "checksum mismatch" in warned[0], warned
@@ -149,7 +149,7 @@ def test_a_wrong_count_with_a_valid_checksum_is_refused(tmp_path, caplog, count)
     header["shards"][0]["samples"] = count  # a writer's mistake: the checksum covers it as written
     write_index(index, header, {name: np.array(a) for name, a in arrays.items()})
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))  # rebuilt
     warned = _warnings(caplog)
     assert len(warned) == 1 and index in warned[0] and "damaged dataset index" in warned[0], warned
@@ -165,7 +165,7 @@ def test_an_index_cut_short_or_of_an_older_version_is_refused(tmp_path, caplog, 
     with open(index, "r+b") as f:
         f.truncate(os.path.getsize(index) - 1)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        assert Dataset(data).index.path == index  # refused, built again
+        assert IndexedDataset(data).index.path == index  # refused, built again
     assert "cut short" in caplog.text and index in caplog.text and len(_warnings(caplog)) == 1
     # Version 1 files cannot be written any more: the writer, told it is version 1,
     # writes one with the version number such files carry.
@@ -174,7 +174,7 @@ def test_an_index_cut_short_or_of_an_older_version_is_refused(tmp_path, caplog, 
     monkeypatch.undo()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert ds.index.path == index and len(ds) == 12
     assert "format version 1" in caplog.text and "building it again" in caplog.text
     assert read_index(index)[0]["version"] == fileformat.VERSION
@@ -199,27 +199,27 @@ def test_a_planted_index_in_a_cache_others_can_write_is_not_used(tmp_path, caplo
     cache = tmp_path / "shared"
     cache.mkdir()
     pattern = _planted(tmp_path, str(cache))
-    assert _truth(Dataset(pattern, cache_dir=str(cache)))[0] == ("a0", 9)  # believed: the cache is private
+    assert _truth(IndexedDataset(pattern, cache_dir=str(cache)))[0] == ("a0", 9)  # believed: the cache is private
     cache.chmod(0o777)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(pattern, cache_dir=str(cache))
+        ds = IndexedDataset(pattern, cache_dir=str(cache))
     # not used, and not overwritten either: an index written there would not be believed
     assert ds.index.path == "(built in memory)" and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     warned = _warnings(caplog)
     assert len(warned) == 1 and "not using" in warned[0], warned
     assert f"{cache} is writable by others (mode 0777, no sticky bit)" in warned[0]
     cache.chmod(0o1777)  # sticky, as /tmp: others cannot replace the folder below, which is ours
-    assert Dataset(pattern, cache_dir=str(cache)).index is not None
+    assert IndexedDataset(pattern, cache_dir=str(cache)).index is not None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root (chown)")
 def test_an_index_owned_by_another_user_is_not_used(tmp_path, caplog):
     cache = str(tmp_path / "cache")
     pattern = _planted(tmp_path, cache)
-    index = Dataset(pattern, cache_dir=cache).index.path
+    index = IndexedDataset(pattern, cache_dir=cache).index.path
     os.chown(index, 12345, 12345)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(pattern, cache_dir=cache)
+        ds = IndexedDataset(pattern, cache_dir=cache)
     assert _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     assert f"{index} is owned by uid 12345, not by you (uid 0)" in caplog.text
     assert ds.index.path == index and os.stat(index).st_uid == 0  # replaced by one of the user's
@@ -228,7 +228,7 @@ def test_an_index_owned_by_another_user_is_not_used(tmp_path, caplog):
 def test_index_false_writes_nothing(tmp_path):
     data = _data(tmp_path / "data")
     cache = tmp_path / "cache"
-    ds = Dataset(data, cache_dir=str(cache), index=False)
+    ds = IndexedDataset(data, cache_dir=str(cache), index=False)
     assert not os.path.exists(ds.index.path) and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     assert not cache.exists() and sorted(os.listdir(data)) == ["s-0.tar", "s-1.tar", "s-2.tar"]
 
@@ -236,7 +236,7 @@ def test_index_false_writes_nothing(tmp_path):
 def test_the_cache_folders_turbofeed_creates_are_private(tmp_path):
     data = _data(tmp_path / "data")
     cache = tmp_path / "new" / "cache"
-    assert Dataset(os.path.join(data, "s-{0..1}.tar"), cache_dir=str(cache)).index.path.startswith(str(cache))
+    assert IndexedDataset(os.path.join(data, "s-{0..1}.tar"), cache_dir=str(cache)).index.path.startswith(str(cache))
     for folder in (tmp_path / "new", cache, cache / "dataset-index"):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
 
@@ -263,7 +263,7 @@ def test_the_loaders_take_an_explicit_index(tmp_path, front):
     out = str(tmp_path / "elsewhere" / "my.index")
     assert build_index(data, out=out, progress=False).path == out
     if front == "DataLoader":
-        assert not os.path.exists(Dataset(data, index=False).index.path)  # built in memory, out not used
+        assert not os.path.exists(IndexedDataset(data, index=False).index.path)  # built in memory, out not used
         assert _loader_labels(data, index=out) == [1] * 4 + [2] * 4 + [3] * 4
         loader = turbofeed.DataLoader(turbofeed.Dataset(data, index=out), batch_size=4, num_workers=1)
         assert loader.dataset.index.path == out
@@ -335,7 +335,7 @@ def test_the_warning_names_three_changed_shards_and_counts_the_rest(tmp_path, ca
         _shard(os.path.join(data, f"s-{k}.tar"), "abcdefgh"[k], 7)
         os.utime(os.path.join(data, f"s-{k}.tar"), ns=(_STAMP + 10**9, _STAMP + 10**9))
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data, index=out)
+        ds = IndexedDataset(data, index=out)
     assert [label for _, label in _truth(ds)] == [7] * 4 * changed + [4] * 4 * (4 - changed)
     warned = _warnings(caplog)
     assert len(warned) == 1 and f"{changed} shard(s) changed" in warned[0], warned
@@ -352,7 +352,7 @@ def test_keys_that_run_past_their_bytes_are_refused(tmp_path, caplog):
     kept["key_blob"] = kept["key_blob"][:-1]
     write_index(index, header, kept)
     with caplog.at_level(logging.WARNING, logger="turbofeed"):
-        ds = Dataset(data)
+        ds = IndexedDataset(data)
     assert ds.index.path == index and _truth(ds) == _expected(("a", 1), ("b", 2), ("c", 3))
     warned = _warnings(caplog)
     assert len(warned) == 1 and "the keys run past their bytes" in warned[0], warned

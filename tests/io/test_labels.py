@@ -11,7 +11,7 @@ from builders import small_jpeg, write_tar
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 
 
 
@@ -43,8 +43,8 @@ def test_explicit_classes_give_the_same_ids_to_train_and_val(tmp_path):
     train = _named(tmp_path / "train.tar", ["cat", "dog", "emu", "cat"])
     val = _named(tmp_path / "val.tar", ["emu", "dog"])  # no cat: sorted ids would shift
     classes = ["cat", "dog", "emu"]
-    assert Dataset(train, classes=classes).labels.tolist() == [0, 1, 2, 0]
-    assert Dataset(val, classes=classes).labels.tolist() == [2, 1]
+    assert IndexedDataset(train, classes=classes).labels.tolist() == [0, 1, 2, 0]
+    assert IndexedDataset(val, classes=classes).labels.tolist() == [2, 1]
     loader = turbofeed.DataLoader(turbofeed.Dataset(val, classes=classes), batch_size=2, transform=T.imagenet_eval(32))
     assert loader.class_names == classes
     assert next(iter(loader))[1].tolist() == [2, 1]
@@ -53,22 +53,22 @@ def test_explicit_classes_give_the_same_ids_to_train_and_val(tmp_path):
 
 def test_ids_from_the_names_present_come_with_a_warning(tmp_path, caplog):
     val = _named(tmp_path / "val.tar", ["emu", "dog"], ext="json")
-    ds = Dataset(val)
+    ds = IndexedDataset(val)
     assert ds.class_names == ["dog", "emu"] and ds.labels.tolist() == [1, 0]
     assert any("classes=" in r.getMessage() and "2 class names found" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    Dataset(val, classes=["cat", "dog", "emu"])
+    IndexedDataset(val, classes=["cat", "dog", "emu"])
     assert not any("class names found" in r.getMessage() for r in caplog.records)
 
 
 def test_a_name_not_in_classes_is_an_error_naming_the_sample(tmp_path):
     path = _named(tmp_path / "s.tar", ["cat", "zebra"])
     with pytest.raises(turbofeed.DatasetError, match=r"'zebra' \(.*s.tar/0001\)"):
-        Dataset(path, classes=["cat", "dog"])
+        IndexedDataset(path, classes=["cat", "dog"])
     with pytest.raises(ValueError, match="more than once"):
-        Dataset(path, classes=["cat", "cat"])
+        IndexedDataset(path, classes=["cat", "cat"])
     with pytest.raises(TypeError, match="list of class names"):
-        Dataset(path, classes="cat")
+        IndexedDataset(path, classes="cat")
 
 
 def test_integer_and_name_labels_never_collide(tmp_path):
@@ -76,8 +76,8 @@ def test_integer_and_name_labels_never_collide(tmp_path):
     ints = _named(tmp_path / "a.tar", ["0", "1"], ext="cls")
     names = _named(tmp_path / "b.tar", ["cat", "dog"], ext="json")
     with pytest.raises(turbofeed.DatasetError, match="mixes integer labels .* and class names"):
-        Dataset([ints, names])
-    ds = Dataset([ints, names], classes=["x", "y", "cat", "dog"])
+        IndexedDataset([ints, names])
+    ds = IndexedDataset([ints, names], classes=["x", "y", "cat", "dog"])
     assert ds.labels.tolist() == [0, 1, 2, 3]
 
 
@@ -96,13 +96,13 @@ def test_image_folder_keeps_class_names_and_takes_explicit_classes(tmp_path, cap
     loader = turbofeed.DataLoader(train, batch_size=2, transform=T.imagenet_eval(32))
     assert loader.class_names == ["ant", "bee", "cow"]
     assert any("3 class names found" in r.getMessage() for r in caplog.records)
-    fixed = Dataset(val, classes=loader.class_names)
+    fixed = IndexedDataset(val, classes=loader.class_names)
     assert fixed.labels.tolist() == [1, 1, 2, 2] and fixed.class_names == ["ant", "bee", "cow"]
-    assert Dataset(val).labels.tolist() == [0, 0, 1, 1]  # what torchvision would give
+    assert IndexedDataset(val).labels.tolist() == [0, 0, 1, 1]  # what torchvision would give
     with pytest.raises(turbofeed.DatasetError, match="different class folders"):
-        Dataset([train, val])
+        IndexedDataset([train, val])
     with pytest.raises(turbofeed.DatasetError, match=r"not among the 2 classes given: \['ant'\]"):
-        Dataset(train, classes=["bee", "cow"])
+        IndexedDataset(train, classes=["bee", "cow"])
     loader.close()
 
 
@@ -112,11 +112,11 @@ def test_an_integer_label_must_be_an_id_of_the_classes_given(tmp_path, label, ok
     negative integer are named as not among them, never taken as a class or as "no label"."""
     path = _named(tmp_path / "s.tar", ["1", label], ext="cls")
     if ok:
-        assert Dataset(path, classes=["a", "b", "c"]).labels.tolist() == [1, int(label)]
+        assert IndexedDataset(path, classes=["a", "b", "c"]).labels.tolist() == [1, int(label)]
     else:
         with pytest.raises(turbofeed.DatasetError,
                            match=rf"not among the 3 classes given: integer label {label} \(.*s\.tar/0001\)"):
-            Dataset(path, classes=["a", "b", "c"])
+            IndexedDataset(path, classes=["a", "b", "c"])
 
 
 @pytest.mark.parametrize("folder_first", [True, False], ids=["folder-then-shard", "shard-then-folder"])
@@ -128,11 +128,11 @@ def test_an_image_folder_beside_integer_labels_names_both(tmp_path, folder_first
     ints = _named(tmp_path / "ints.tar", ["1", "0"], ext="cls")
     sources = [tree, ints] if folder_first else [ints, tree]
     with pytest.raises(turbofeed.DatasetError) as info:
-        Dataset(sources)
+        IndexedDataset(sources)
     message = str(info.value)
     assert f"integer labels (1 in {ints}/0000)" in message, message
     assert f"class names (class folders of {tree})" in message, message
-    assert Dataset(sources, classes=["ant", "bee"]).labels.tolist() == \
+    assert IndexedDataset(sources, classes=["ant", "bee"]).labels.tolist() == \
         ([0, 0, 1, 1, 1, 0] if folder_first else [1, 0, 0, 0, 1, 1])
 
 
@@ -143,12 +143,12 @@ def test_an_image_folder_beside_named_labels_numbers_them_by_its_folders(tmp_pat
     tree = _folder(tmp_path / "train", ["ant", "bee", "cow"])
     names = _named(tmp_path / "names.tar", ["cow", "ant"])
     sources = [tree, names] if folder_first else [names, tree]
-    ds = Dataset(sources)
+    ds = IndexedDataset(sources)
     assert ds.class_names == ["ant", "bee", "cow"]
     assert ds.labels.tolist() == ([0, 0, 1, 1, 2, 2, 2, 0] if folder_first else [2, 0, 0, 0, 1, 1, 2, 2])
     stray = _named(tmp_path / "stray.tar", ["bee", "emu", "yak"])
     with pytest.raises(turbofeed.DatasetError) as info:
-        Dataset([tree, stray] if folder_first else [stray, tree])
+        IndexedDataset([tree, stray] if folder_first else [stray, tree])
     message = str(info.value)
     assert f"class names ('emu' in {stray}/0001) are not among the class folders of {tree}" in message, message
     assert "integer labels" not in message and "'bee'" not in message and "'yak'" not in message, message
@@ -157,7 +157,7 @@ def test_an_image_folder_beside_named_labels_numbers_them_by_its_folders(tmp_pat
 def test_names_that_are_every_class_folder_take_the_trees_ids(tmp_path):
     tree = _folder(tmp_path / "train", ["ant", "bee"], per_class=1)
     names = _named(tmp_path / "names.tar", ["bee", "ant"])
-    assert Dataset([tree, names]).labels.tolist() == [0, 1, 1, 0]
+    assert IndexedDataset([tree, names]).labels.tolist() == [0, 1, 1, 0]
 
 
 def test_errors_name_at_most_five_bad_labels_and_three_roots(tmp_path):
@@ -166,13 +166,13 @@ def test_errors_name_at_most_five_bad_labels_and_three_roots(tmp_path):
     a = _named(tmp_path / "a.tar", ["7", "8", "0", "9"], ext="cls")
     b = _named(tmp_path / "b.tar", ["5", "6", "4", "3"], ext="cls")
     with pytest.raises(turbofeed.DatasetError) as info:
-        Dataset([a, b], classes=["x", "y"])
+        IndexedDataset([a, b], classes=["x", "y"])
     message = str(info.value)
     assert message.count("integer label") == 5, message
     assert "integer label 7" in message and "integer label 6" in message and "integer label 4" not in message
     trees = [_folder(tmp_path / f"t{i}", [f"c{j}" for j in range(i + 1)], per_class=1) for i in range(4)]
     with pytest.raises(turbofeed.DatasetError, match="different class folders") as info:
-        Dataset(trees)
+        IndexedDataset(trees)
     assert all(f"{t}: " in str(info.value) for t in trees[:3]) and f"{trees[3]}: " not in str(info.value)
 
 
@@ -182,7 +182,7 @@ def test_five_bad_labels_are_named_when_the_first_shard_holds_four(tmp_path):
     a = _named(tmp_path / "a.tar", ["7", "8", "9", "6"], ext="cls")
     b = _named(tmp_path / "b.tar", ["0", "5", "4"], ext="cls")
     with pytest.raises(turbofeed.DatasetError) as info:
-        Dataset([a, b], classes=["x", "y"])
+        IndexedDataset([a, b], classes=["x", "y"])
     message = str(info.value)
     assert message.count("integer label") == 5 and "integer label 5" in message, message
     assert "integer label 4" not in message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from turbofeed.io import FORMATS, Dataset, FolderSource, NpySource, SampleTable, Source, TarSource
+from turbofeed.io import FORMATS, IndexedDataset, FolderSource, NpySource, SampleTable, Source, TarSource
 from turbofeed.io.registry import KINDS, Opener
 
 
@@ -60,5 +60,5 @@ def test_every_format_is_opened_through_its_registry_entry(shard_paths, tmp_path
     assert opener.shards is None  # no s3:// paths: no client, cache or prefetch threads
     src = opener.open("tar", shard_paths[0])
     assert isinstance(src, TarSource) and len(src.table) == 40
-    ds = Dataset(shard_paths[0], cache_dir=str(tmp_path))
+    ds = IndexedDataset(shard_paths[0], cache_dir=str(tmp_path))
     assert ds.view(3) == src.view(3) and ds.damaged == []

@@ -128,7 +128,7 @@ def test_the_index_records_each_image_size_from_its_header(tmp_path):
 
 def test_an_index_of_the_previous_version_is_refused_and_rebuilt_with_sizes(tmp_path, caplog, monkeypatch):
     data, truth = _data(tmp_path / "d")
-    index = turbofeed.io.Dataset(data).index.path
+    index = turbofeed.io.IndexedDataset(data).index.path
     header, arrays = read_index(index)
     old = {name: np.array(a) for name, a in arrays.items() if name not in ("height", "width")}
     monkeypatch.setattr(fileformat, "VERSION", 3)  # what the index was before sizes

@@ -24,7 +24,7 @@ import numpy as np
 from ..base.executor import Executor
 from ..base.ranks import check_pair, detect
 from ..decode.field_specs import FieldSpec
-from ..engine.choose import Source
+from ..engine.choose import OpenedData
 from ..engine.policy import PassPolicy
 from ..engine.stream import fill_position
 from ..errors import DatasetError, SampleError
@@ -79,7 +79,7 @@ class DatasetBatches:
     or when the object is collected.
 
     Args:
-        source: the opened data (:meth:`turbofeed.engine.choose.Source.open`).
+        source: the opened data (:meth:`turbofeed.engine.choose.OpenedData.open`).
         batch_size: samples per batch (the pipeline's).
         shuffle, seed, drop_last: as the DataLoader's.
         shard_id, num_shards: this shard and the shard count (the DataLoader's rank and
@@ -90,7 +90,7 @@ class DatasetBatches:
         threads: read threads per batch.
     """
 
-    def __init__(self, source: Source, *, batch_size: int, shuffle: bool, seed: int, shard_id: int,
+    def __init__(self, source: OpenedData, *, batch_size: int, shuffle: bool, seed: int, shard_id: int,
                  num_shards: int, drop_last: bool = False, fields: Sequence[FieldSpec] | None = None,
                  return_keys: bool = False, label_dtype: Any = np.int64, threads: int = 2) -> None:
         if batch_size < 1 or threads < 1:

@@ -10,16 +10,16 @@ import numpy as np
 
 from ..base.renamed import accepts_renamed
 from ..decode.field_specs import parse_fields
-from ..engine.choose import Source
+from ..engine.choose import OpenedData
 from ..engine.policy import ErrorPolicy
 from ..engine.stats import Stats
-from ..io import Dataset, PathSpec, S3Config
+from ..io import IndexedDataset, PathSpec, S3Config
 from ._require import current_batch_size, dali_fn
 from .batches import DatasetBatches, shard_of
 
 
 @accepts_renamed
-def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, shard_id: int | None = None,
+def reader(data: PathSpec | IndexedDataset, *, shuffle: bool = False, seed: int = 0, shard_id: int | None = None,
            num_shards: int | None = None, drop_last: bool = False, return_keys: bool = False,
            fields: Mapping[str, str] | None = None, label_dtype: Any = np.int64, on_error: str = "replace",
            format: str | None = None, format_options: dict | None = None, storage: S3Config | None = None,
@@ -60,7 +60,7 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
     Args:
         data: anything the DataLoader reads: a path, list, brace pattern, glob, folder,
             ``s3://`` URL, HDF5/Zarr/.npy/Parquet/TFRecord (see ``docs/formats.md``), or
-            a :class:`turbofeed.io.Dataset` opened already (its own format and label
+            a :class:`turbofeed.io.IndexedDataset` opened already (its own format and label
             options hold; it stays yours to close).
         shuffle, seed, drop_last, on_error, format, format_options, storage, classes,
             cache_dir, index: as :class:`turbofeed.DataLoader`'s.
@@ -85,13 +85,13 @@ def reader(data: PathSpec | Dataset, *, shuffle: bool = False, seed: int = 0, sh
     batch_size = current_batch_size("turbofeed.dali.reader")
     specs = None if fields is None else parse_fields(fields)
     rank, world = shard_of(shard_id, num_shards)
-    if isinstance(data, Dataset):  # opened already: its own format, labels and index options hold
+    if isinstance(data, IndexedDataset):  # opened already: its own format, labels and index options hold
         stats = Stats()
-        source = Source(data, stats, ErrorPolicy(on_error, stats))
+        source = OpenedData(data, stats, ErrorPolicy(on_error, stats))
     else:
-        source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                             format_options=format_options, storage=storage, classes=classes, labels=fields is None,
-                             index=index)
+        source = OpenedData.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
+                                 format_options=format_options, storage=storage, classes=classes, labels=fields is None,
+                                 index=index)
     batches = DatasetBatches(source, batch_size=batch_size, shuffle=shuffle, seed=seed, shard_id=rank,
                              num_shards=world, drop_last=drop_last, fields=specs, return_keys=return_keys,
                              label_dtype=label_dtype, threads=threads)

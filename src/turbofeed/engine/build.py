@@ -32,7 +32,7 @@ from .work import Decoded, SampleWork
 
 if TYPE_CHECKING:
     from ..decode.field_specs import FieldOptions
-    from ..io import Dataset
+    from ..io import IndexedDataset
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class PassOptions:
     """What one pass is built from; frozen, so a pass cannot change its front-end's.
 
     Attributes:
-        dataset: the opened dataset (:class:`turbofeed.io.Dataset`).
+        dataset: the opened dataset (:class:`turbofeed.io.IndexedDataset`).
         stats: where the pass counts.
         batch_size: positions per batch of the plan.
         num_workers: worker threads (0: in the caller's thread).
@@ -62,7 +62,7 @@ class PassOptions:
         callables: the user's per-sample callables after the fused decode.
     """
 
-    dataset: Dataset
+    dataset: IndexedDataset
     stats: Stats
     batch_size: int
     num_workers: int

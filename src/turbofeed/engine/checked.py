@@ -20,7 +20,7 @@ remembered here (in memory only).
 
 One flag per sample id, kept per dataset as a NumPy bool array (so a chunk reads and
 sets its flags in one operation): a dataset whose sources changed (a file replaced, a
-re-index: :attr:`turbofeed.io.Dataset.generation`) starts again from its index's
+re-index: :attr:`turbofeed.io.IndexedDataset.generation`) starts again from its index's
 verdicts. 1.28M samples take 1.3 MB.
 """
 
@@ -32,10 +32,10 @@ import weakref
 import numpy as np
 
 from ..decode.native import SCAN_INTACT
-from ..io import Dataset
+from ..io import IndexedDataset
 
 
-def indexed_intact(dataset: Dataset) -> np.ndarray:
+def indexed_intact(dataset: IndexedDataset) -> np.ndarray:
     """A new bool array by sample id of ``dataset``: True where the dataset index found the
     sample's whole scan intact (its tables' ``scans``), False elsewhere."""
     flags = np.zeros(len(dataset), dtype=bool)
@@ -54,10 +54,10 @@ class CheckedScans:
     """
 
     def __init__(self) -> None:
-        self._flags: weakref.WeakKeyDictionary[Dataset, tuple[int, np.ndarray]] = weakref.WeakKeyDictionary()
+        self._flags: weakref.WeakKeyDictionary[IndexedDataset, tuple[int, np.ndarray]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # only when a dataset (or its generation) is first seen
 
-    def flags(self, dataset: Dataset) -> np.ndarray:
+    def flags(self, dataset: IndexedDataset) -> np.ndarray:
         """The bool array of ``dataset``'s current generation, by sample id (set items to
         mark them; read it to ask), first the index's verdicts (:func:`indexed_intact`)."""
         found = self._flags.get(dataset)
@@ -69,11 +69,11 @@ class CheckedScans:
                 found = self._flags[dataset] = (dataset.generation, indexed_intact(dataset))
         return found[1]
 
-    def intact(self, dataset: Dataset, gid: int) -> bool:
+    def intact(self, dataset: IndexedDataset, gid: int) -> bool:
         """Whether the scan of sample ``gid`` was checked intact before."""
         return bool(self.flags(dataset)[gid])
 
-    def mark(self, dataset: Dataset, gid: int) -> None:
+    def mark(self, dataset: IndexedDataset, gid: int) -> None:
         """Remember that sample ``gid``'s scan is intact."""
         self.flags(dataset)[gid] = True
 

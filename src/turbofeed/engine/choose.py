@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..decode.field_specs import FieldOptions
-from ..io import Dataset, PathSpec, S3Config
+from ..io import IndexedDataset, PathSpec, S3Config
 from ..plan import EpochPlan
 from ..transforms import Compose
 from .bucket_slots import BucketPool
@@ -30,25 +30,25 @@ from .work import Decoded, SampleWork
 
 
 @dataclass
-class Source:
+class OpenedData:
     """The data of a front-end with what it counts: dataset, stats, bad-sample policy."""
 
-    dataset: Dataset
+    dataset: IndexedDataset
     stats: Stats
     policy: ErrorPolicy
 
     @classmethod
     def open(cls, data: PathSpec, *, on_error: str, cache_dir: str | None, format: str | None,
              format_options: dict | None, storage: S3Config | None, classes: list[str] | None,
-             labels: bool = True, index: str | os.PathLike | bool | None = None) -> Source:
+             labels: bool = True, index: str | os.PathLike | bool | None = None) -> OpenedData:
         """Index ``data`` (a damaged shard raises under ``on_error="raise"``); without
         ``labels`` (general samples) no label is parsed; ``index``: the dataset index, as
-        :class:`~turbofeed.io.Dataset` takes it."""
+        :class:`~turbofeed.io.IndexedDataset` takes it."""
         stats = Stats()
         policy = ErrorPolicy(on_error, stats)  # validates on_error before any indexing
-        dataset = Dataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
-                          format=format, format_options=format_options, storage=storage, classes=classes, labels=labels,
-                          index=index)
+        dataset = IndexedDataset(data, on_damage="raise" if on_error == "raise" else "skip", cache_dir=cache_dir,
+                                 format=format, format_options=format_options, storage=storage, classes=classes,
+                                 labels=labels, index=index)
         source = cls(dataset, stats, policy)
         source.sync_stats()
         return source

@@ -27,7 +27,7 @@ from ..plan import EpochDraw, EpochPlan, StreamLayout
 from ..plan.pieces import Pieces, cut_pieces
 
 if TYPE_CHECKING:
-    from ..io import Dataset, PathSpec, S3Config
+    from ..io import IndexedDataset, PathSpec, S3Config
     from .run import FetchAhead
 
 log = logging.getLogger("turbofeed")
@@ -51,7 +51,7 @@ MAX_PIECE_OVERLAP = 2 * MAX_OVERLAP
 PIECES_PER_WINDOW = 4 * MAX_OVERLAP
 
 
-def shard_bytes(dataset: Dataset) -> np.ndarray:
+def shard_bytes(dataset: IndexedDataset) -> np.ndarray:
     """Bytes of each source: a compressed shard's decompressed copy (what the node cache
     holds of it), an ``s3://`` object's size, a local file's size as it was indexed (its
     declared ``file``), else the sum of its samples' sizes."""
@@ -70,7 +70,7 @@ def shard_bytes(dataset: Dataset) -> np.ndarray:
     return np.asarray(sizes, dtype=np.int64)
 
 
-def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks_per_node: int,
+def stream_layout(dataset: IndexedDataset, streaming: bool | None, *, nodes: int, ranks_per_node: int,
                   canonical_nodes: int | None = None, block_bytes: int | None = None,
                   overlap: int | None = None, ahead: int = 0) -> StreamLayout | None:
     """The layout of a streamed order, or None when the pass reads the plain order.
@@ -138,7 +138,7 @@ def stream_layout(dataset: Dataset, streaming: bool | None, *, nodes: int, ranks
                         piece_bytes=int(piece_bytes) if pieces is not None else 0, pieces=pieces)
 
 
-def piece_size(dataset: Dataset, window: int, nbytes: np.ndarray) -> int:
+def piece_size(dataset: IndexedDataset, window: int, nbytes: np.ndarray) -> int:
     """The least bytes of a piece for a stream window of ``window`` bytes: 0 (whole
     shards) without an ``s3://`` cache, or when no shard is twice that size; else
     ``max(PIECE_MIN_BYTES, window // PIECES_PER_WINDOW)``."""
@@ -148,7 +148,7 @@ def piece_size(dataset: Dataset, window: int, nbytes: np.ndarray) -> int:
     return size if int(nbytes.max()) >= 2 * size else 0
 
 
-def dataset_pieces(dataset: Dataset, nbytes: np.ndarray, piece_bytes: int) -> Pieces | None:
+def dataset_pieces(dataset: IndexedDataset, nbytes: np.ndarray, piece_bytes: int) -> Pieces | None:
     """The pieces ``piece_bytes`` cuts the dataset's shards into (:func:`turbofeed.plan.pieces.cut_pieces`;
     a pure function of the index, the same on every rank and in a resumed run), or None
     when every shard stays whole. Only plain ``s3://`` shards are cut, the others (local,
@@ -185,7 +185,7 @@ def sample_spans(src: object) -> tuple[np.ndarray, np.ndarray] | None:
     return lo, hi
 
 
-def with_pieces(layout: StreamLayout, dataset: Dataset, piece_bytes: int) -> StreamLayout:
+def with_pieces(layout: StreamLayout, dataset: IndexedDataset, piece_bytes: int) -> StreamLayout:
     """``layout`` with the pieces ``piece_bytes`` cuts (a resumed state's: 0 for a state
     saved before pieces existed, whose order had whole shards)."""
     pieces = dataset_pieces(dataset, np.asarray(layout.shard_bytes), int(piece_bytes))
@@ -265,7 +265,7 @@ def warn_low_diversity(nbytes: np.ndarray, cache: int, *, nodes: int, canonical:
                 mixed, cache, cache / mean, int(mean), held, need, -(-need >> 20), want)
 
 
-def warn_copies_overflow(dataset: Dataset) -> None:
+def warn_copies_overflow(dataset: IndexedDataset) -> None:
     """Warn once when a pass that does not stream reads compressed shards whose
     decompressed copies cannot all be in the node cache at once: a shuffled order then
     evicts and decompresses them again and again (once per change of shard at worst).
@@ -282,7 +282,7 @@ def warn_copies_overflow(dataset: Dataset) -> None:
                     "(s3://, streaming=True) or store plain .tar shards", len(copies), least, bound)
 
 
-def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
+def fetch_stage(dataset: IndexedDataset, plan: EpochPlan, layout: StreamLayout | None,
                 prefetch: int = 2) -> FetchAhead | None:
     """The fetch stage of a streamed pass over ``s3://`` shards (None otherwise);
     ``prefetch``: the pass's batches in flight (how far its reads run ahead)."""
@@ -296,7 +296,7 @@ def fetch_stage(dataset: Dataset, plan: EpochPlan, layout: StreamLayout | None,
                          ahead=(prefetch + 2) * plan.batch_size, blocks=plan.blocks, pieces=layout.pieces)
 
 
-def epoch_draw(dataset: Dataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,
+def epoch_draw(dataset: IndexedDataset, data: PathSpec, *, weights: Sequence[float] | None, epoch_size: int | None,
                resample: bool, format: str | None = None, storage: S3Config | None = None) -> EpochDraw | None:
     """The draw of every epoch, or None for every sample once.
 

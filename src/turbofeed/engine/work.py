@@ -13,7 +13,7 @@ import numpy as np
 from ..decode import IMAGE_FORMATS, decode, image_format, max_pixels, native, probe
 from ..decode.orientation import jpeg_orientation, orientation, stored_box, upright, upright_size
 from ..errors import ImageTooLarge, SampleError, StorageError
-from ..io import Dataset, pick_member
+from ..io import IndexedDataset, pick_member
 from ..transforms import Compose, Draws, Window, Windows, resample, write_slot
 from ..transforms.draws import epoch_key
 from .checked import CHECKED
@@ -43,7 +43,7 @@ class SampleWork:
     is chosen on the upright image; :mod:`turbofeed.decode.orientation`).
     """
 
-    def __init__(self, dataset: Dataset, transform: Compose | None, stats: Stats, *,
+    def __init__(self, dataset: IndexedDataset, transform: Compose | None, stats: Stats, *,
                  seed: int, epoch: int, image_exts: tuple[str, ...] | None = None, orient: bool = False) -> None:
         self.dataset = dataset
         self.orient = orient

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("turbofeed")
 
 
-class Dataset:
+class IndexedDataset:
     """The concatenation of the sources a path spec names.
 
     Global id ``g`` lives in source ``k`` where ``starts[k] <= g < starts[k+1]``.
@@ -267,7 +267,7 @@ class Dataset:
         self._opener.close()
 
     def __repr__(self) -> str:
-        return f"Dataset(samples={self.num_samples}, sources={len(self.sources)})"
+        return f"IndexedDataset(samples={self.num_samples}, sources={len(self.sources)})"
 
 
 def _log_problems(sources: list[Source]) -> None:

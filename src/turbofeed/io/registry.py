@@ -63,7 +63,7 @@ class Opener:
     Args:
         located: the ``(kind, path)`` pairs of :func:`resolve`.
         on_damage, cache_dir, format_options, storage, classes, labels: as
-            :class:`~turbofeed.io.Dataset` takes them.
+            :class:`~turbofeed.io.IndexedDataset` takes them.
     """
 
     def __init__(self, located: Sequence[tuple[str, str]], *, on_damage: str = "skip",

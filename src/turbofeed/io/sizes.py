@@ -22,13 +22,13 @@ from ..decode.probe import HEAD_BYTES, MORE_BYTES, probe_size
 from ..errors import DatasetError
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from .dataset import IndexedDataset
     from .source import Source
 
 log = logging.getLogger("turbofeed")
 
 
-def image_sizes(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+def image_sizes(dataset: IndexedDataset) -> tuple[np.ndarray, np.ndarray]:
     """``(heights, widths)``: int64 arrays of ``len(dataset)``, one per global sample id,
     0 where a sample has no readable image header (a bad sample, met as one when loaded).
 

@@ -80,7 +80,7 @@ class Source(Protocol):
     Attributes:
         damage: why the source was reported while indexing, or None. A damaged source
             keeps the samples before the damage (none when it is unreadable); the
-            dataset lists it in ``Dataset.damaged``.
+            dataset lists it in ``IndexedDataset.damaged``.
         file: the local file as it was indexed (path and identity), or None.
         classes: class names when the labels in ``table`` are already ids into them
             (an ImageFolder's sorted folders); None when they are raw values (integers,

@@ -13,17 +13,17 @@ import numpy as np
 from ..base.ranks import RankChoice
 from ..base.stageinfo import StageInfo
 from ..base.threads import choose_threads
-from ..datasets import MIX_OPTIONS, OLD_LOADER_KEYWORDS, OPTIONS, Dataset as DatasetSpec, Mix, data_args, described
+from ..datasets import MIX_OPTIONS, OLD_LOADER_KEYWORDS, OPTIONS, Dataset, Mix, data_args, described
 from ..decode import decode
 from ..decode.field_specs import FieldOptions
 from ..decode.orientation import orientation, upright
 from ..engine.build import PassOptions, build_pass
-from ..engine.choose import Source, open_gpu_decoder
+from ..engine.choose import OpenedData, open_gpu_decoder
 from ..engine.run import BatchStage, Engine
 from ..engine.stream import Job
 from ..engine.usercode import check_user_errors
 from ..engine.work import Decoded
-from ..io import Dataset, PathSpec
+from ..io import IndexedDataset, PathSpec
 from ..plan import make_epoch_plan
 from ..transforms import Compose, hwc_pixels
 
@@ -110,7 +110,7 @@ class Sample:
         return torch.from_numpy(np.ascontiguousarray(self.get_image())).to(device or "cuda", non_blocking=False)
 
 
-def _sample_maker(dataset: Dataset) -> Callable[[int], Sample]:
+def _sample_maker(dataset: IndexedDataset) -> Callable[[int], Sample]:
     def make_sample(gid: int) -> Sample:
         shard, key = dataset.describe(gid)
         return Sample(key, int(dataset.labels[gid]), shard)
@@ -178,7 +178,7 @@ class Pipeline:
         x = pipe.next_batch(32)[0].get_gpu_tensor()   # (224, 224, 3) uint8 CUDA tensor
     """
 
-    def __init__(self, tar_paths: DatasetSpec | Mix | PathSpec, num_workers: int | None = None,
+    def __init__(self, tar_paths: Dataset | Mix | PathSpec, num_workers: int | None = None,
                  decode_jpeg: bool = True, *,
                  shuffle: bool = False, seed: int = 0, transform: Compose | list | None = None,
                  on_error: str = "replace", rank: int | None = None, world_size: int | None = None,
@@ -194,9 +194,9 @@ class Pipeline:
         self.apply_exif_orientation = apply_exif_orientation
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
-        self._source = Source.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, storage=storage, classes=classes,
-                                   labels=fields is None, index=index)
+        self._source = OpenedData.open(tar_paths, on_error=on_error, cache_dir=cache_dir, format=format,
+                                       format_options=format_options, storage=storage, classes=classes,
+                                       labels=fields is None, index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         self.transform = Compose(transform) if isinstance(transform, (list, tuple)) else transform
         if self.transform is not None and self.transform.callables:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import Dataset as DataDescription
-from ..engine.choose import Source
+from ..engine.choose import OpenedData
 from ..engine.work import SampleWork
 from ..errors import SampleError, StorageError
 from ..extras import require
@@ -31,7 +31,7 @@ ray_data = require("ray.data", "ray", "turbofeed data on Ray")
 #: rows of one block a read task yields (a read task's range is read block by block)
 ROWS_PER_BLOCK = 64
 
-_OPENED: dict[bytes, Source] = {}
+_OPENED: dict[bytes, OpenedData] = {}
 _OPENED_LOCK = threading.Lock()
 
 
@@ -47,7 +47,7 @@ def describe(data: Any) -> DataDescription:
     return description
 
 
-def opened(description: DataDescription, on_error: str = "raise", *, again: bool = False) -> Source:
+def opened(description: DataDescription, on_error: str = "raise", *, again: bool = False) -> OpenedData:
     """The data opened in this process (once per description and ``on_error``: a Ray
     worker runs many tasks and actors of one dataset); ``again``: opened anew, this
     process's copy dropped."""
@@ -56,14 +56,14 @@ def opened(description: DataDescription, on_error: str = "raise", *, again: bool
         source = None if again else _OPENED.get(key)
         if source is None:
             options = description.options()
-            source = _OPENED[key] = Source.open(
+            source = _OPENED[key] = OpenedData.open(
                 description.data, on_error=on_error, cache_dir=options["cache_dir"], format=options["format"],
                 format_options=options["format_options"], storage=options["storage"], classes=options["classes"],
                 index=options["index"])
         return source
 
 
-def same_data(description: DataDescription, on_error: str, digest: str) -> Source:
+def same_data(description: DataDescription, on_error: str, digest: str) -> OpenedData:
     """The data opened in this process, as it was when the epoch was cut (content print
     ``digest``), opened again once where this process's copy is older.
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..plan import check_data, check_state, make_state
 
 if TYPE_CHECKING:
-    from ..io import Dataset
+    from ..io import IndexedDataset
     from ._iterator import _LoaderIterator
 
 log = logging.getLogger("turbofeed")
@@ -35,7 +35,7 @@ log = logging.getLogger("turbofeed")
 class EpochBook:
     """Epochs, resume and the state dict of a loader (see the module docstring)."""
 
-    dataset: Dataset
+    dataset: IndexedDataset
     batch_size: int
     world_size: int
     seed: int

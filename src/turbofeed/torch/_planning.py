@@ -18,7 +18,7 @@ from ..engine.layout import stream_layout, with_pieces
 from ..plan import EpochDraw, EpochPlan, StreamLayout, bucketed_size, count_batches, make_epoch_plan, plan_fingerprint
 
 if TYPE_CHECKING:
-    from ..io import Dataset
+    from ..io import IndexedDataset
     from .buckets import LoaderBuckets
     from ..base.ranks import RankChoice
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class LoaderPlanning:  # before EpochBook in the bases: it overrides its hooks
     """The planning half of a DataLoader (see the module docstring)."""
 
-    dataset: Dataset
+    dataset: IndexedDataset
     draw: EpochDraw | None
     stream_layout: StreamLayout | None
     _streaming: bool | None

@@ -17,7 +17,7 @@ from ..base.ranks import RankChoice
 from ..base.threads import choose_threads
 from ..datasets import OLD_LOADER_KEYWORDS, OPTIONS, Dataset, Mix, data_args, described
 from ..decode.field_specs import FieldOptions
-from ..engine.choose import Source, open_gpu_decoder
+from ..engine.choose import OpenedData, open_gpu_decoder
 from ..engine.layout import epoch_draw, shard_bytes, stream_layout
 from ..engine.slots import SlotPools
 from ..engine.usercode import check_user_errors
@@ -194,9 +194,9 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         self.fields = FieldOptions.make(fields, decoders=decoders, paired=paired, map=map, classes=classes,
                                         has_transform=transform is not None)
         self.collate = collate  # general samples: the user's, instead of the dict batch
-        self._source = Source.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
-                                   format_options=format_options, storage=storage, classes=classes,
-                                   labels=fields is None, index=index)
+        self._source = OpenedData.open(data, on_error=on_error, cache_dir=cache_dir, format=format,
+                                       format_options=format_options, storage=storage, classes=classes,
+                                       labels=fields is None, index=index)
         self.dataset, self.stats, self._policy = self._source.dataset, self._source.stats, self._source.policy
         if transform is not None and not isinstance(transform, Compose):
             transform = Compose(transform)  # a list of ops, or one callable of your own

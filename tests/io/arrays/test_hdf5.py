@@ -14,7 +14,7 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from turbofeed.errors import DatasetError, SampleError  # noqa: E402
-from turbofeed.io import Dataset, HDF5Source  # noqa: E402
+from turbofeed.io import IndexedDataset, HDF5Source  # noqa: E402
 from turbofeed.io.arrays.blocks import BLOCKS  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def test_vlen_encoded_images_with_keys_and_class_names(tmp_path, fixed_images):
     assert src.encoded is True and src.read_mode == "chunk-rows"
     assert [src.read(i) for i in range(6)] == jpegs
     assert src.table.keys == [f"img-{i}" for i in range(6)]
-    ds = Dataset(path, format_options=options)
+    ds = IndexedDataset(path, format_options=options)
     assert ds.class_names == ["cat", "dog", "emu"] and ds.labels.tolist() == [1, 0, 2, 0, 1, 1]
 
 
@@ -135,7 +135,7 @@ def test_not_an_hdf5_file(tmp_path):
     path = tmp_path / "fake.h5"
     path.write_bytes(b"not hdf5 at all" * 100)
     with pytest.raises(DatasetError, match="not a readable HDF5 file") as info:
-        Dataset(str(path))
+        IndexedDataset(str(path))
     assert str(path) in str(info.value)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, NpySource, resolve
+from turbofeed.io import IndexedDataset, NpySource, resolve
 
 
 def test_folder_of_images_labels_keys(fixed_images, array_dataset):
@@ -32,7 +32,7 @@ def test_named_siblings_and_options(tmp_path, fixed_images):
     src = NpySource(str(tmp_path / "train.npy"))
     assert src.table.labels == ["cat", "dog", "cat", "emu", "dog", "cat"]
     assert src.table.keys == [f"{i:08d}" for i in range(6)]
-    ds = Dataset(str(tmp_path / "train.npy"))
+    ds = IndexedDataset(str(tmp_path / "train.npy"))
     assert ds.class_names == ["cat", "dog", "emu"] and ds.labels.tolist() == [0, 1, 0, 2, 1, 0]
     assert NpySource(str(tmp_path / "train.npy"), {"labels": "targets.npy"}).table.labels == [0, 10, 20, 30, 40, 50]
     assert NpySource(str(tmp_path / "train.npy"), {"labels": None}).table.labels == [None] * 6
@@ -52,7 +52,7 @@ def test_truncated_file(tmp_path, fixed_images):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(DatasetError, match="truncated") as info:
-        Dataset(str(path))
+        IndexedDataset(str(path))
     assert str(path) in str(info.value)
 
 

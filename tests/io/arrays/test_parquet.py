@@ -12,7 +12,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset, ParquetSource, resolve  # noqa: E402
+from turbofeed.io import IndexedDataset, ParquetSource, resolve  # noqa: E402
 from turbofeed.io.arrays.blocks import BLOCKS  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def test_binary_column_custom_names_and_keys(tmp_path, fixed_images):
     assert "jpg_bytes: large_binary" in str(info.value) and "format_options" in str(info.value)
     src = ParquetSource(path, {"images": "jpg_bytes", "labels": "y"})
     assert [src.read(i) for i in range(4)] == jpegs and src.table.keys == ["k0", "k1", "k2", "k3"]
-    ds = Dataset(path, format_options={"images": "jpg_bytes", "labels": "y"})
+    ds = IndexedDataset(path, format_options={"images": "jpg_bytes", "labels": "y"})
     assert ds.class_names == ["a", "b", "c"] and ds.labels.tolist() == [1, 0, 1, 2]
 
 
@@ -49,7 +49,7 @@ def test_folder_of_parquet_files_is_a_file_list(tmp_path, fixed_images):
         pq.write_table(pa.table({"img": [jpegs[i] for i in rows], "label": list(rows)}),
                        str(tmp_path / f"train-{k:05d}-of-00002.parquet"))
     assert [kind for kind, _ in resolve(str(tmp_path))] == ["parquet", "parquet"]
-    ds = Dataset(str(tmp_path))
+    ds = IndexedDataset(str(tmp_path))
     assert ds.labels.tolist() == list(range(10)) and ds.read(7) == jpegs[7]
 
 
@@ -68,7 +68,7 @@ def test_not_parquet(tmp_path):
     path = tmp_path / "fake.parquet"
     path.write_bytes(b"not parquet" * 100)
     with pytest.raises(DatasetError, match="not a readable Parquet file") as info:
-        Dataset(str(path))
+        IndexedDataset(str(path))
     assert str(path) in str(info.value)
 
 

@@ -15,7 +15,7 @@ from builders import small_jpeg
 import turbofeed
 from turbofeed.decode import decode
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, TFRecordSource, resolve
+from turbofeed.io import IndexedDataset, TFRecordSource, resolve
 from turbofeed.io.arrays import tfrecord
 from turbofeed.io.arrays.tfrecord_wire import crc32c, masked_crc32c
 
@@ -121,7 +121,7 @@ def test_read_is_the_encoded_image_and_format_for_another_extension(tmp_path):
     with pytest.raises(DatasetError, match="format="):
         resolve(path)
     assert resolve(path, "tfrecord") == [("tfrecord", path)]
-    ds = Dataset(path, format="tfrecord", cache_dir=str(tmp_path / "idx"))
+    ds = IndexedDataset(path, format="tfrecord", cache_dir=str(tmp_path / "idx"))
     src = ds.sources[0]
     assert isinstance(src, TFRecordSource) and ds.num_samples == 4
     assert src.read(2) == small_jpeg(2) and bytes(src.view(3)) == small_jpeg(3)
@@ -137,7 +137,7 @@ def test_feature_names_from_format_options(tmp_path):
     src = TFRecordSource(path, options, cache_dir=str(tmp_path / "idx"))
     assert src.table.keys == ["img_0.jpg", "img_1.jpg", "img_2.jpg"]
     assert src.table.labels == ["class0", "class1", "class0"] and src.read(1) == small_jpeg(1)
-    ds = Dataset(path, format_options=options, cache_dir=str(tmp_path / "idx"))
+    ds = IndexedDataset(path, format_options=options, cache_dir=str(tmp_path / "idx"))
     assert ds.class_names == ["class0", "class1"] and ds.labels.tolist() == [0, 1, 0]
     unlabelled = TFRecordSource(path, {"images": "jpeg", "labels": None}, cache_dir=str(tmp_path / "idx"))
     assert unlabelled.table.labels == [None] * 3 and unlabelled.table.keys == ["00000000", "00000001", "00000002"]
@@ -179,10 +179,10 @@ def test_a_corrupt_length_checksum_is_reported(tmp_path):
     open(path, "wb").write(bytes(data))
     src = TFRecordSource(path, cache_dir=str(tmp_path / "idx"))
     assert len(src.table) == 1 and "length checksum" in src.damage.reason
-    ds = Dataset(path, cache_dir=str(tmp_path / "idx"))
+    ds = IndexedDataset(path, cache_dir=str(tmp_path / "idx"))
     assert ds.damaged == [path] and ds.num_samples == 1
     with pytest.raises(DatasetError, match="record 1: length checksum mismatch"):
-        Dataset(path, on_damage="raise", cache_dir=str(tmp_path / "idx"))
+        IndexedDataset(path, on_damage="raise", cache_dir=str(tmp_path / "idx"))
 
 
 def test_empty_file_is_reported(tmp_path):
@@ -217,7 +217,7 @@ def test_a_record_without_the_image_is_a_problem(tmp_path):
     path = write(tmp_path / "p.tfrecord", records)
     with open(path, "ab") as f:
         f.write(frame(b"\x0a\xff"))  # framed correctly, not an Example
-    ds = Dataset(path, cache_dir=str(tmp_path / "idx"))
+    ds = IndexedDataset(path, cache_dir=str(tmp_path / "idx"))
     assert ds.num_samples == 2 and ds.damaged == []
     problems = {key: why for _, key, why in ds.problems}
     assert "no image feature 'image/encoded'" in problems["00000001"]

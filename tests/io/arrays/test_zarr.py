@@ -12,7 +12,7 @@ import pytest
 zarr = pytest.importorskip("zarr")
 
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset, ZarrSource, resolve  # noqa: E402
+from turbofeed.io import IndexedDataset, ZarrSource, resolve  # noqa: E402
 
 V3 = int(zarr.__version__.split(".")[0]) >= 3
 VERSIONS = [2, 3] if V3 else [2]
@@ -70,7 +70,7 @@ def test_encoded_images_keep_every_byte(tmp_path, fixed_images, version):
     src = ZarrSource(path)
     assert src.encoded is True
     assert [src.read(i) for i in range(6)] == payloads
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert ds.class_names == ["a", "b", "c"] and ds.labels.tolist() == [1, 0, 1, 2, 0, 0]
 
 
@@ -85,7 +85,7 @@ def test_store_detected_by_metadata_and_root_array(tmp_path, fixed_images, versi
         arr = zarr.open_array(path, mode="w", shape=(4, 40, 56, 3), chunks=(1, 40, 56, 3), dtype="uint8")
     arr[:] = fixed_images["pixels"][:4]
     assert resolve(path) == [("zarr", path)]
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert len(ds) == 4 and ds.labels.tolist() == [-1] * 4
     np.testing.assert_array_equal(ds.read(2), fixed_images["pixels"][2])
 
@@ -93,7 +93,7 @@ def test_store_detected_by_metadata_and_root_array(tmp_path, fixed_images, versi
 def test_v2_and_v3_stores_read_alike(array_dataset):
     if not V3:
         pytest.skip("zarr v3 stores need zarr-python 3")
-    a, b = Dataset(array_dataset("zarr2-pixels")), Dataset(array_dataset("zarr3-pixels"))
+    a, b = IndexedDataset(array_dataset("zarr2-pixels")), IndexedDataset(array_dataset("zarr3-pixels"))
     assert a.sources[0].zarr_format == 2 and b.sources[0].zarr_format == 3
     assert a.labels.tolist() == b.labels.tolist()
     for g in (0, 31, 47):
@@ -105,7 +105,7 @@ def test_not_a_store(tmp_path):
     path = tmp_path / "empty.zarr"
     path.mkdir()
     with pytest.raises(DatasetError, match="not a readable Zarr store") as info:
-        Dataset(str(path))
+        IndexedDataset(str(path))
     assert str(path) in str(info.value)
 
 

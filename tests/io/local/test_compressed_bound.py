@@ -22,7 +22,7 @@ import pytest
 from builders import small_jpeg, tar_bytes
 
 import turbofeed
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.io.local import compressed
 from turbofeed.io.local.compressed import local_plain_copy, node_cache
 from turbofeed.io.local.files import file_id
@@ -83,7 +83,7 @@ def test_a_gzip_bomb_stops_at_the_bound_with_a_storage_error(tmp_path, cache_dir
     monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(bound))
     for on_damage in ("skip", "raise"):  # not bad data: raised whatever the mode
         with pytest.raises(turbofeed.StorageError) as caught:
-            Dataset(bomb, on_damage=on_damage)
+            IndexedDataset(bomb, on_damage=on_damage)
         err = caught.value
         assert err.shard == bomb
         assert (f"its decompressed copy is over {bound} bytes (from {os.path.getsize(bomb)} compressed bytes), "
@@ -91,13 +91,13 @@ def test_a_gzip_bomb_stops_at_the_bound_with_a_storage_error(tmp_path, cache_dir
         assert "TURBOFEED_S3_CACHE_SIZE=SIZE" in str(err) and "S3Config(cache_max_bytes=...)" in str(err)
     monkeypatch.delenv("TURBOFEED_S3_CACHE_SIZE")  # the bound of an S3Config passed to a local dataset
     with pytest.raises(turbofeed.StorageError, match=f"over {bound} bytes"):
-        Dataset(bomb, storage=S3Config(cache_max_bytes=bound))
+        IndexedDataset(bomb, storage=S3Config(cache_max_bytes=bound))
     files = _files_under(cache_dir)
     assert all(size <= bound for _, size in files) and sum(size for _, size in files) <= bound
     assert os.listdir(os.path.join(cache_dir, "s3", "tmp")) == []  # the partial copy is gone
     assert plain > 300 * MiB
     monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(plain))  # the message's remedy works
-    ds = Dataset(bomb)
+    ds = IndexedDataset(bomb)
     assert len(ds) == 1 and ds.labels.tolist() == [3]  # b has no image: a problem, not a sample
     assert ds.read(0) == small_jpeg(1)
 
@@ -138,8 +138,8 @@ def _kill_mid_decompression(tmp_path, cache_dir: str, bomb: str) -> str:
     """Run a child that opens ``bomb`` (room enough), SIGKILL it once its .part holds
     data; returns that .part's path."""
     code = textwrap.dedent(f"""
-        from turbofeed.io import Dataset
-        Dataset({bomb!r})
+        from turbofeed.io import IndexedDataset
+        IndexedDataset({bomb!r})
         print("finished")
     """)
     env = {**os.environ, "TURBOFEED_CACHE_DIR": cache_dir, "TURBOFEED_S3_CACHE_SIZE": str(4 << 30),
@@ -173,7 +173,8 @@ def test_a_partial_copy_of_a_killed_process_is_removed_at_the_next_start(tmp_pat
     small = tmp_path / "small.tar.gz"
     small.write_bytes(gzip.compress(tar_bytes([("x.jpg", small_jpeg(2)), ("x.cls", b"1")])))
     # the next start, in a fresh process, opening another shard
-    out = subprocess.run([sys.executable, "-c", f"from turbofeed.io import Dataset; print(len(Dataset({str(small)!r})))"],
+    code = f"from turbofeed.io import IndexedDataset; print(len(IndexedDataset({str(small)!r})))"
+    out = subprocess.run([sys.executable, "-c", code],
                          env={**os.environ, "TURBOFEED_CACHE_DIR": cache_dir, "PYTHONPATH": os.pathsep.join(sys.path)},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
@@ -197,8 +198,8 @@ def test_copies_not_in_use_are_evicted_so_shards_larger_than_the_bound_take_turn
     size = max(os.path.getsize(p) for p in plain)
     bound = size + size // 2  # one copy fits, two do not
     monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(bound))
-    ds = Dataset([str(tmp_path / "a.tar.gz"), str(tmp_path / "b.tar.gz")])
-    want = Dataset([str(p) for p in plain])
+    ds = IndexedDataset([str(tmp_path / "a.tar.gz"), str(tmp_path / "b.tar.gz")])
+    want = IndexedDataset([str(p) for p in plain])
     assert len(ds) == len(want) == 60 and ds.labels.tolist() == want.labels.tolist()
     for i in (0, 30, 5, 35, 29, 59):  # alternately a's and b's samples: each copy made again
         assert ds.read(i) == want.read(i)
@@ -225,7 +226,7 @@ def test_a_streamed_copy_waits_for_room_another_process_holds_and_a_plain_read_d
         (tmp_path / f"{seed}.tar.gz").write_bytes(gzip.compress(plain, mtime=0))
     bound = len(plain) + len(plain) // 2
     monkeypatch.setenv("TURBOFEED_S3_CACHE_SIZE", str(bound))
-    first = Dataset(str(tmp_path / "0.tar.gz"))
+    first = IndexedDataset(str(tmp_path / "0.tar.gz"))
     first.close()  # its copy stays in the cache, unpinned
     cache = ShardCache(os.path.join(cache_dir, "s3"), bound)
     held = cache.open(first.sources[0].plain.name)  # pinned as another process would (no PlainCopy of ours)
@@ -234,7 +235,7 @@ def test_a_streamed_copy_waits_for_room_another_process_holds_and_a_plain_read_d
     monkeypatch.setattr(compressed, "INDEX_WAIT_S", 0.3)
     try:
         with pytest.raises(turbofeed.StorageError, match="held by copies in use by this or other processes"):
-            Dataset(str(tmp_path / "1.tar.gz"))
+            IndexedDataset(str(tmp_path / "1.tar.gz"))
     finally:
         let_go = threading.Timer(0.5, os.close, (held,))
         let_go.start()

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, FolderSource
+from turbofeed.io import IndexedDataset, FolderSource
 
 _TV_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -64,7 +64,7 @@ def test_flat_folder_has_no_labels(tmp_path, odd_images):
         (tmp_path / name).write_bytes(odd_images["rgb"])
     src = FolderSource(str(tmp_path))
     assert src.table.keys == ["a", "b"] and src.table.labels == [None, None]
-    assert Dataset(str(tmp_path)).labels.tolist() == [-1, -1]
+    assert IndexedDataset(str(tmp_path)).labels.tolist() == [-1, -1]
 
 
 def test_empty_folder_is_an_error(tmp_path):
@@ -78,5 +78,5 @@ def test_empty_folder_is_an_error(tmp_path):
 
 
 def test_dataset_over_a_folder_keeps_the_labels(image_folder):
-    ds = Dataset(image_folder)
+    ds = IndexedDataset(image_folder)
     assert ds.labels.tolist() == [label for _, label in _torchvision_samples(image_folder)]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from builders import encode, photo, small_jpeg, write_tar
 
-from turbofeed.io import Dataset, FolderSource, TarSource, pick_member, split_key
+from turbofeed.io import IndexedDataset, FolderSource, TarSource, pick_member, split_key
 from turbofeed.errors import StorageError
 
 
@@ -66,7 +66,7 @@ def test_the_image_fields_and_labels_are_unchanged(laion_shards, tmp_path):
 
 def test_dataset_routes_members_by_global_id(laion_shards, tmp_path):
     paths, by_key = laion_shards
-    ds = Dataset(paths, cache_dir=str(tmp_path / "cache"))
+    ds = IndexedDataset(paths, cache_dir=str(tmp_path / "cache"))
     assert len(ds) == 12
     for gid in range(len(ds)):
         _, key = ds.describe(gid)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from builders import small_jpeg, write_tar
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 from turbofeed.io.local.ranges import SampleRanges
 
 
@@ -23,7 +23,7 @@ def read_back(files, i: int) -> bytes:
 
 
 def test_each_sample_is_its_image_bytes(tmp_path):
-    data = Dataset(shards(tmp_path, 4), index=False)
+    data = IndexedDataset(shards(tmp_path, 4), index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad)
     gids = np.array([11, 0, 5, 7, 5], np.int64)
     assert len(ranges.files(gids).held) == 4  # the first chunk opens them
@@ -35,7 +35,7 @@ def test_each_sample_is_its_image_bytes(tmp_path):
 
 
 def test_files_past_max_open_are_let_go_but_never_under_a_holder(tmp_path):
-    data = Dataset(shards(tmp_path, 6), index=False)
+    data = IndexedDataset(shards(tmp_path, 6), index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad, max_open=2)
     first = ranges.files(np.array([0, 3], np.int64))  # sources 0 and 1, held
     assert len(first.held) == 2
@@ -50,7 +50,7 @@ def test_files_past_max_open_are_let_go_but_never_under_a_holder(tmp_path):
 def test_bad_samples_and_sources_without_ranges_are_not_readable(tmp_path):
     paths = shards(tmp_path, 2)
     write_tar(str(tmp_path / "s1.tar"), [("1_0.jpg", small_jpeg(1)), ("1_1.txt", b"no image")])
-    data = Dataset(paths, index=False)
+    data = IndexedDataset(paths, index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad)
     assert data.bad and not ranges.readable[list(data.bad)].any()
     assert ranges.readable[:3].all()
@@ -70,7 +70,7 @@ def open_shards(tmp_path) -> int:
 
 @pytest.mark.parametrize("max_open, kept", [(0, 1), (1, 1), (2, 2)])
 def test_chunks_of_one_shard_keep_at_most_max_open_descriptors(tmp_path, max_open, kept):
-    data = Dataset(shards(tmp_path, 5), index=False)
+    data = IndexedDataset(shards(tmp_path, 5), index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad, max_open=max_open)
     images = [data.read(3 * k + 1) for k in range(5)]  # the dataset's own descriptors: open before
     before = open_shards(tmp_path)
@@ -82,7 +82,7 @@ def test_chunks_of_one_shard_keep_at_most_max_open_descriptors(tmp_path, max_ope
 
 
 def test_by_default_256_shards_all_stay_open(tmp_path):
-    data = Dataset(shards(tmp_path, 256, per=1), index=False)
+    data = IndexedDataset(shards(tmp_path, 256, per=1), index=False)
     ranges = SampleRanges(data.sources, data.starts, data.bad)  # max_open's default: 256
     gids = np.arange(256, dtype=np.int64)
     assert len(ranges.files(gids).held) == 256  # the first chunk opens them all

@@ -17,7 +17,7 @@ from builders import small_jpeg, tar_bytes
 
 import turbofeed
 from turbofeed import transforms as T
-from turbofeed.io import Dataset
+from turbofeed.io import IndexedDataset
 
 
 
@@ -55,18 +55,18 @@ def test_compressed_shards_beside_plain_ones_are_read(tmp_path, suffix, compress
 def test_a_gzip_shard_named_like_a_plain_one_and_by_pattern_is_read(tmp_path):
     (tmp_path / "packed.tar").write_bytes(gzip.compress(tar_bytes(_samples("c", 3, 0))))
     (tmp_path / "d.tgz").write_bytes(gzip.compress(tar_bytes(_samples("d", 2, 0))))
-    ds = Dataset([str(tmp_path / "packed.tar"), str(tmp_path / "*.tgz")])
+    ds = IndexedDataset([str(tmp_path / "packed.tar"), str(tmp_path / "*.tgz")])
     assert ds.num_samples == 5
 
 
 def test_a_replaced_gzip_shard_is_decompressed_again(tmp_path):
     path = tmp_path / "s.tar.gz"
     path.write_bytes(gzip.compress(tar_bytes(_samples("e", 3, 1))))
-    assert Dataset(str(path)).labels.tolist() == [1, 1, 1]
+    assert IndexedDataset(str(path)).labels.tolist() == [1, 1, 1]
     tmp = tmp_path / "new.tmp"
     tmp.write_bytes(gzip.compress(tar_bytes(_samples("e", 4, 5))))
     os.replace(tmp, path)
-    assert Dataset(str(path)).labels.tolist() == [5, 5, 5, 5]
+    assert IndexedDataset(str(path)).labels.tolist() == [5, 5, 5, 5]
     copies = os.listdir(os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3", "objects"))  # the node cache
     assert len([c for c in copies if c.endswith(".plain.tar")]) >= 1
 
@@ -75,7 +75,7 @@ def test_a_corrupt_gzip_shard_names_the_file(tmp_path):
     path = tmp_path / "bad.tar.gz"
     path.write_bytes(gzip.compress(tar_bytes(_samples("f", 3, 1)))[:-40])
     with pytest.raises(turbofeed.DatasetError, match="bad.tar.gz: corrupt or truncated gzip"):
-        Dataset(str(path))
+        IndexedDataset(str(path))
 
 
 def test_a_zero_byte_shard_is_reported_not_skipped(tmp_path, caplog):

@@ -17,7 +17,7 @@ import torch
 
 import turbofeed
 from turbofeed.errors import DatasetError, StorageError
-from turbofeed.io import Dataset, TarSource, load_index
+from turbofeed.io import IndexedDataset, TarSource, load_index
 
 
 def _members(path: str) -> list[tarfile.TarInfo]:
@@ -86,17 +86,17 @@ def test_txt_class_names_and_json_labels_through_dataset(tmp_path, tar_writer, o
         ("a.jpg", jpg), ("a.txt", b"dog\n"), ("b.jpg", jpg), ("b.txt", b"cat"),
         ("c.jpg", jpg), ("c.json", b'{"label": "emu"}'), ("d.jpg", jpg), ("d.json", b'"cat"'),
     ])
-    ds = Dataset(names)
+    ds = IndexedDataset(names)
     assert ds.class_names == ["cat", "emu"]
     assert ds.labels.tolist() == [-1, -1, 1, 0]
-    ds = Dataset(names, classes=["cat", "dog", "emu"])
+    ds = IndexedDataset(names, classes=["cat", "dog", "emu"])
     assert ds.labels.tolist() == [1, 0, 2, 0]
     ints = tar_writer(str(tmp_path / "ints.tar"), [
         ("a.jpg", jpg), ("a.cls", b"7"), ("b.jpg", jpg), ("b.txt", b" 9\n"), ("c.jpg", jpg),
         ("c.json", b"3"), ("d.jpg", jpg), ("d.json", b'{"label": 5, "bbox": [1, 2]}'),
         ("e.jpg", jpg),
     ])
-    ds = Dataset(ints)
+    ds = IndexedDataset(ints)
     assert ds.class_names is None and ds.labels.dtype == np.int64
     assert ds.labels.tolist() == [7, 9, 3, 5, -1]
 
@@ -121,7 +121,7 @@ def test_samples_without_image_or_with_bad_labels_are_bad_samples(tmp_path, tar_
     bad = {keys[row]: why for row, why in src.table.bad.items()}
     assert set(bad) == {"noimg", "badcls", "emptycls", "badjson", "floatjson"}
     assert "no image member (has cls, json)" in bad["noimg"] and ".cls" in bad["badcls"]
-    ds = Dataset(path)
+    ds = IndexedDataset(path)
     assert ds.bad == {1: bad["noimg"], 2: bad["badcls"], 3: bad["emptycls"], 4: bad["badjson"], 6: bad["floatjson"]}
     assert ds.describe(1) == (path, "noimg")  # the dataset names the shard too
     fields = TarSource(path, cache_dir=str(tmp_path), labels=False)  # a loader of fields: no label parsed
@@ -142,7 +142,7 @@ def test_non_tar_files_are_reported_with_their_path(tmp_path, shard_paths):
 def test_missing_shard_is_named(tmp_path):
     missing = str(tmp_path / "shard-000007.tar")
     with pytest.raises(DatasetError, match="shard-000007.tar"):
-        Dataset(missing)
+        IndexedDataset(missing)
 
 
 def _cut_copy(src: str, dst: str, size: int) -> str:
@@ -178,7 +178,7 @@ def test_truncated_mid_member(shard_paths, tmp_path, victim_index):
     by_name = {m.name: m for m in members}
     for i, key in enumerate(src.table.keys):
         assert src.read(i) == _payload(shard_paths[0], by_name[key + ".jpg"])
-    assert Dataset(path).damaged == [path]
+    assert IndexedDataset(path).damaged == [path]
 
 
 @pytest.mark.parametrize("damage", ["cut_in_header", "bad_checksum"])

@@ -13,7 +13,7 @@ from servers import RangeHTTPServer
 
 import turbofeed
 from turbofeed.errors import DatasetError
-from turbofeed.io import Dataset, HTTPConfig, S3Config, resolve
+from turbofeed.io import IndexedDataset, HTTPConfig, S3Config, resolve
 from turbofeed.io.dsindex import build_index
 from turbofeed.io.paths import INDEX_NAME
 
@@ -60,7 +60,7 @@ def test_the_index_goes_next_to_the_data_where_the_store_takes_writes_else_to_th
     else:
         assert summary.path == served.prefix + INDEX_NAME and not summary.note
     before = served.server.requests if served.kind == "http" else None
-    found = Dataset(served.spec, storage=config, cache_dir=str(tmp_path / "cache")).index
+    found = IndexedDataset(served.spec, storage=config, cache_dir=str(tmp_path / "cache")).index
     assert found is not None and found.path == (summary.path if served.kind == "http" else found.path)
     dl = turbofeed.DataLoader(turbofeed.Dataset(served.spec, storage=config, cache_dir=str(tmp_path / "cache")),
                               batch_size=4,

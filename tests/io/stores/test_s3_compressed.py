@@ -25,7 +25,7 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset  # noqa: E402
+from turbofeed.io import IndexedDataset  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
 from turbofeed.io.stores.cache import ShardCache  # noqa: E402
 from turbofeed.io.stores.client import S3Client  # noqa: E402
@@ -109,7 +109,7 @@ def test_epoch_over_gz_and_tgz_matches_the_plain_shards_each_fetched_once(object
     for (xa, ya, ka), (xb, yb, kb) in zip(got, want):
         assert [k.split("/")[1] for k in ka] == [k.split("/")[1] for k in kb]  # "<shard>/<key>"
         assert (ya == yb).all() and (xa == xb).all()
-    stats = Dataset(PREFIX).storage_stats()  # the shared client's totals, this one adding no GET
+    stats = IndexedDataset(PREFIX).storage_stats()  # the shared client's totals, this one adding no GET
     mix = [len(body) for url, body in objects.items() if url.startswith(PREFIX)]
     assert stats["bytes_read"] == sum(mix)  # every object once, whole; no ranged sample GET
     assert stats["cache_misses"] == 0 and stats["cache_hits"] >= 3 * PER_SHARD
@@ -117,13 +117,13 @@ def test_epoch_over_gz_and_tgz_matches_the_plain_shards_each_fetched_once(object
 
 
 def test_a_second_dataset_reuses_the_plain_copy_and_index(objects, plain):
-    first = Dataset(PREFIX)
+    first = IndexedDataset(PREFIX)
     before = first.storage_stats()
-    second = Dataset(PREFIX)  # while the first still pins its plain copies
+    second = IndexedDataset(PREFIX)  # while the first still pins its plain copies
     after = second.storage_stats()
     assert after["requests"] - before["requests"] == 1  # the LIST: no HEAD, no GET
     assert after["bytes_read"] == before["bytes_read"]
-    local = Dataset(plain[:3])
+    local = IndexedDataset(plain[:3])
     assert [second.read(g) for g in range(len(second))] == [local.read(g) for g in range(len(local))]
     assert (second.labels == local.labels).all() and second.damaged == []
     first.close()
@@ -133,13 +133,13 @@ def test_a_second_dataset_reuses_the_plain_copy_and_index(objects, plain):
 
 
 def test_bz2_and_xz_are_read_and_zstd_is_reported(objects, plain, caplog):
-    ds = Dataset(f"s3://{BUCKET}/others/")
+    ds = IndexedDataset(f"s3://{BUCKET}/others/")
     assert ds.damaged == [f"s3://{BUCKET}/others/f.tar.zst"]
     assert "zstd-compressed tar, not read" in caplog.text
-    local = Dataset(plain[3:5])
+    local = IndexedDataset(plain[3:5])
     assert [ds.read(g) for g in range(len(ds))] == [local.read(g) for g in range(len(local))]
     with pytest.raises(DatasetError, match="f.tar.zst: zstd-compressed"):
-        Dataset(f"s3://{BUCKET}/others/f.tar.zst", on_damage="raise")
+        IndexedDataset(f"s3://{BUCKET}/others/f.tar.zst", on_damage="raise")
 
 
 def _cache_files() -> list[tuple[str, int]]:
@@ -159,7 +159,7 @@ def test_a_plain_copy_over_the_bound_raises_whatever_on_damage_says(objects, pla
             with pytest.raises(turbofeed.StorageError, match=rf"b-packed.tar.gz: its decompressed copy is "
                                rf"over {bound} bytes \(from {len(objects[url])} compressed bytes\), the node "
                                "cache's bound: raise the bound with TURBOFEED_S3_CACHE_SIZE=SIZE"):
-                Dataset([f"{PREFIX}a-plain.tar", url], on_damage=on_damage)  # never dropped
+                IndexedDataset([f"{PREFIX}a-plain.tar", url], on_damage=on_damage)  # never dropped
         assert _plain_copies() == []
         assert sum(size for _, size in _cache_files()) <= bound
     scratch = os.path.join(os.environ["TURBOFEED_CACHE_DIR"], "s3-indexing")
@@ -171,8 +171,8 @@ def test_copies_take_turns_in_a_cache_for_one_and_one_in_use_elsewhere_is_never_
     sizes = [os.path.getsize(p) for p in plain[1:3]]
     bound = max(sizes) + min(sizes) // 2  # room for one plain copy, not two
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
-    first, second = Dataset(gz), Dataset(tgz)  # the second's copy evicts the first's (not being read)
-    want = [Dataset(p) for p in plain[1:3]]
+    first, second = IndexedDataset(gz), IndexedDataset(tgz)  # the second's copy evicts the first's (not being read)
+    want = [IndexedDataset(p) for p in plain[1:3]]
     for i in (3, 7, 0, 19):  # alternately: each read makes its copy again, evicting the other
         assert first.read(i) == want[0].read(i) and second.read(i) == want[1].read(i)
         assert len(_plain_copies()) == 1 and sum(size for _, size in _cache_files()) <= bound

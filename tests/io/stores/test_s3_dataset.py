@@ -19,7 +19,7 @@ pytest.importorskip("boto3")
 
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset  # noqa: E402
+from turbofeed.io import IndexedDataset  # noqa: E402
 from turbofeed.io.retry import RemoteError, RetryPolicy  # noqa: E402
 from turbofeed.io.stores.client import S3Client  # noqa: E402
 from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
@@ -84,35 +84,35 @@ def test_loader_epoch_over_s3_matches_local_copies(uploaded, local_epoch):
 
 
 def test_prefix_glob_and_braces_name_the_same_shards(uploaded):
-    by_prefix = Dataset(f"s3://{BUCKET}/shards/")
+    by_prefix = IndexedDataset(f"s3://{BUCKET}/shards/")
     assert [s.path for s in by_prefix.sources] == uploaded
-    assert [s.path for s in Dataset(f"s3://{BUCKET}/shards").sources] == uploaded
-    assert [s.path for s in Dataset(f"s3://{BUCKET}/shards/*.tar").sources] == uploaded
-    assert [s.path for s in Dataset(uploaded[::-1]).sources] == uploaded[::-1]
+    assert [s.path for s in IndexedDataset(f"s3://{BUCKET}/shards").sources] == uploaded
+    assert [s.path for s in IndexedDataset(f"s3://{BUCKET}/shards/*.tar").sources] == uploaded
+    assert [s.path for s in IndexedDataset(uploaded[::-1]).sources] == uploaded[::-1]
     assert by_prefix.fingerprint_fields()["sources"][0][0] == "shard-000000.tar"
 
 
 def test_missing_objects_and_empty_prefixes_raise_with_the_url(uploaded):
     with pytest.raises(DatasetError, match="no such object: .*shard-000003.tar.* and 4 more"):
-        Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000009}}.tar")
+        IndexedDataset(f"s3://{BUCKET}/shards/shard-{{000000..000009}}.tar")
     with pytest.raises(DatasetError, match="no such object.*nothing.tar"):
-        Dataset(f"s3://{BUCKET}/shards/nothing.tar")
+        IndexedDataset(f"s3://{BUCKET}/shards/nothing.tar")
     with pytest.raises(DatasetError, match="no .tar objects under this prefix"):
-        Dataset(f"s3://{BUCKET}/elsewhere/")
+        IndexedDataset(f"s3://{BUCKET}/elsewhere/")
     with pytest.raises(DatasetError, match="matches no objects"):
-        Dataset(f"s3://{BUCKET}/shards/*.tgz")
+        IndexedDataset(f"s3://{BUCKET}/shards/*.tgz")
 
 
 def test_index_is_cached_by_etag_and_reads_come_from_the_node_cache(uploaded, shard_paths):
-    first = Dataset(uploaded)
+    first = IndexedDataset(uploaded)
     stats = first.storage_stats()
     assert stats["shards_downloaded"] == 3
-    local = Dataset(shard_paths)
+    local = IndexedDataset(shard_paths)
     assert [first.read(g) for g in range(len(first))] == [local.read(g) for g in range(len(local))]
     assert (first.labels == local.labels).all()
     assert first.storage_stats()["cache_hits"] == len(first)
     before = first.storage_stats()["requests"]
-    second = Dataset(uploaded)  # index and bytes cached: one HEAD per shard (its ETag), no GET
+    second = IndexedDataset(uploaded)  # index and bytes cached: one HEAD per shard (its ETag), no GET
     assert second.storage_stats()["requests"] - before == len(uploaded)
     assert second.storage_stats()["bytes_read"] == stats["bytes_read"]
 
@@ -122,20 +122,20 @@ def test_a_changed_object_is_indexed_again(server, uploaded, shard_paths, tmp_pa
     client = S3Client(S3Config(endpoint_url=server.endpoint))
     with open(shard_paths[0], "rb") as f:
         client.put(url, f.read())
-    assert len(Dataset(url)) == 40
+    assert len(IndexedDataset(url)) == 40
     with open(shard_paths[1], "rb") as f:
         two = f.read()
     client.put(url, two[:len(two) // 2])  # new ETag and size: a cut copy of another shard
-    changed = Dataset(url)
+    changed = IndexedDataset(url)
     assert 0 < len(changed) < 40 and changed.damaged == [url]
-    assert changed.sources[0].table.keys[0] == Dataset(shard_paths[1]).sources[0].table.keys[0]
+    assert changed.sources[0].table.keys[0] == IndexedDataset(shard_paths[1]).sources[0].table.keys[0]
     client.close()
 
 
 def test_without_room_in_the_cache_samples_are_ranged_gets(uploaded, shard_paths):
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
-    ds = Dataset(uploaded)
-    local = Dataset(shard_paths)
+    ds = IndexedDataset(uploaded)
+    local = IndexedDataset(shard_paths)
     for g in (0, 39, 40, 119):
         assert ds.read(g) == local.read(g)
     stats = ds.storage_stats()
@@ -146,9 +146,9 @@ def test_without_room_in_the_cache_samples_are_ranged_gets(uploaded, shard_paths
 def test_prefetch_moves_reads_to_the_node_cache(uploaded, tmp_path, monkeypatch):
     """Indexes cached, shard copies gone: the first read of a shard is a GET and queues
     the shard (and the next ones) for download; later reads come from disk."""
-    Dataset(uploaded).close()
+    IndexedDataset(uploaded).close()
     shutil.rmtree(tmp_path / "cache" / "s3" / "objects")
-    ds = Dataset(uploaded)
+    ds = IndexedDataset(uploaded)
     assert ds.storage_stats()["shards_downloaded"] == 3  # the earlier dataset's downloads
     assert ds.s3.prefetch
     ds.read(0)
@@ -202,13 +202,13 @@ def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
     """Every request answered 503: after max_attempts the read fails with a StorageError
     naming URL and byte range (not bad data: the loader raises it whatever on_error says)."""
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
-    ds = Dataset(uploaded[:1])
+    ds = IndexedDataset(uploaded[:1])
     size, offset = int(ds.sources[0].table.sizes[0]), int(ds.sources[0].table.offsets[0])
     with FaultProxy(server.endpoint, slowdown=1.0) as proxy:
         proxy.enabled = False  # the HEAD of the shard passes; its index comes from the cache
         configure(S3Config(endpoint_url=proxy.endpoint, cache_max_bytes=1,
                            retry=RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.01)))
-        broken = Dataset(uploaded[:1])
+        broken = IndexedDataset(uploaded[:1])
         proxy.enabled = True
         with pytest.raises(turbofeed.StorageError) as info:
             broken.read(0)
@@ -220,7 +220,7 @@ def test_retries_end_with_an_error_naming_url_and_range(server, uploaded):
 
 
 def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths, monkeypatch):
-    """Endpoint and keys passed as Dataset(storage=S3Config(...)) sign the requests (the
+    """Endpoint and keys passed as IndexedDataset(storage=S3Config(...)) sign the requests (the
     proxy sees the key) with every AWS_* variable unset."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -229,8 +229,8 @@ def test_s3_config_argument_needs_no_aws_variables(server, uploaded, shard_paths
     with FaultProxy(server.endpoint) as proxy:
         config = S3Config(endpoint_url=proxy.endpoint, access_key_id="from-arguments",
                           secret_access_key="s", retry=FAST_RETRY, cache_max_bytes=1)
-        ds = Dataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", storage=config)
-        assert ds.read(41) == Dataset(shard_paths).read(41)
+        ds = IndexedDataset(f"s3://{BUCKET}/shards/shard-{{000000..000002}}.tar", storage=config)
+        assert ds.read(41) == IndexedDataset(shard_paths).read(41)
     assert proxy.access_keys == {"from-arguments"}
 
 
@@ -256,8 +256,8 @@ def test_an_object_replaced_after_indexing_fails_clearly(server, uploaded, shard
     with open(shard_paths[0], "rb") as f:
         client.put(url, f.read())
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
-    ds = Dataset(url)
-    local = Dataset(shard_paths[0])
+    ds = IndexedDataset(url)
+    local = IndexedDataset(shard_paths[0])
     assert ds.read(3) == local.read(3)
     with open(shard_paths[1], "rb") as f:
         client.put(url, f.read())
@@ -267,4 +267,4 @@ def test_an_object_replaced_after_indexing_fails_clearly(server, uploaded, shard
     with pytest.raises(turbofeed.StorageError, match=f"{url}: deleted since it was indexed"):
         ds.read(5)
     with pytest.raises(DatasetError, match=f"no such object: {url}"):
-        Dataset(url)
+        IndexedDataset(url)

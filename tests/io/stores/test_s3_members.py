@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
 
-from turbofeed.io import Dataset, pick_member  # noqa: E402
+from turbofeed.io import IndexedDataset, pick_member  # noqa: E402
 from turbofeed.io.local.index import INDEX_VERSION  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
 from turbofeed.io.stores.client import S3Client  # noqa: E402
@@ -61,7 +61,7 @@ def uploaded(server, laion_shards) -> tuple[list[str], dict[str, dict[str, bytes
     return urls, by_key
 
 
-def _check_members(ds: Dataset, by_key: dict[str, dict[str, bytes]]) -> None:
+def _check_members(ds: IndexedDataset, by_key: dict[str, dict[str, bytes]]) -> None:
     assert len(ds) == 12
     for gid in range(len(ds)):
         _, key = ds.describe(gid)
@@ -76,7 +76,7 @@ def _check_members(ds: Dataset, by_key: dict[str, dict[str, bytes]]) -> None:
 
 def test_members_from_the_node_cache(uploaded):
     urls, by_key = uploaded
-    ds = Dataset(urls)
+    ds = IndexedDataset(urls)
     assert ds.storage_stats()["shards_downloaded"] == 2
     hits = ds.storage_stats()["cache_hits"]
     _check_members(ds, by_key)
@@ -90,7 +90,7 @@ def test_members_with_ranged_gets_when_the_cache_has_no_room(uploaded):
     a member the sample does not have costs no request."""
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
     urls, by_key = uploaded
-    ds = Dataset(urls)
+    ds = IndexedDataset(urls)
     assert ds.s3 is not None and not ds.s3.prefetch
     before = ds.storage_stats()
     _check_members(ds, by_key)
@@ -104,7 +104,7 @@ def test_members_with_ranged_gets_when_the_cache_has_no_room(uploaded):
 
 def test_an_s3_index_cached_by_the_old_version_is_rebuilt(uploaded, tmp_path):
     urls, by_key = uploaded
-    Dataset(urls[0]).close()
+    IndexedDataset(urls[0]).close()
     index_dir = tmp_path / "cache" / "s3-index"
     (name,) = os.listdir(index_dir)
     with open(index_dir / name) as f:
@@ -115,7 +115,7 @@ def test_an_s3_index_cached_by_the_old_version_is_rebuilt(uploaded, tmp_path):
     with open(index_dir / name, "w") as f:
         json.dump(old, f)
     close_clients()
-    ds = Dataset(urls[0])
+    ds = IndexedDataset(urls[0])
     assert ds.read_member(0, "json") == by_key[ds.describe(0)[1]]["json"]
     with open(index_dir / name) as f:
         assert json.load(f)["version"] == INDEX_VERSION
@@ -138,7 +138,7 @@ def test_label_members_over_64_kib_are_read_when_the_dataset_opens(server, tmp_p
     url = f"s3://{BUCKET}/big/big-{cache_max_bytes}.tar"
     client.put(url, tar_bytes(members))
     client.close()
-    ds = Dataset(url)
+    ds = IndexedDataset(url)
     assert ds.labels.tolist() == [4, 5, 6] and ds.bad == {}
     assert json.loads(ds.read_member(1, "json"))["label"] == 5
     ds.close()

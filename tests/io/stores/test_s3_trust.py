@@ -25,7 +25,7 @@ from PIL import Image  # noqa: E402
 
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset  # noqa: E402
+from turbofeed.io import IndexedDataset  # noqa: E402
 from turbofeed.io.retry import RetryPolicy  # noqa: E402
 from turbofeed.io.stores.client import S3Client  # noqa: E402
 from turbofeed.io.stores.config import S3Config, configure  # noqa: E402
@@ -215,7 +215,7 @@ def test_eviction_never_removes_a_shard_while_it_is_being_indexed(server, bodies
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=bound))
     for round in range(2):
         cache_dir = str(tmp_path / f"round{round}")
-        ds = Dataset(f"s3://{BUCKET}/many/", cache_dir=cache_dir)
+        ds = IndexedDataset(f"s3://{BUCKET}/many/", cache_dir=cache_dir)
         assert len(ds) == SHARDS * PER_SHARD
         keys = [k for s in ds.sources for k in s.table.keys]
         assert set(keys) == _all_keys()
@@ -229,7 +229,7 @@ def test_an_index_cached_by_an_earlier_version_is_not_trusted_blindly(bodies, tm
     key) is rebuilt, not served: the persisted index is checked against the object."""
     configure(S3Config(retry=FAST_RETRY, cache_max_bytes=1))
     url = f"s3://{BUCKET}/many/shard-000003.tar"
-    Dataset(url).close()
+    IndexedDataset(url).close()
     index_dir = tmp_path / "cache" / "s3-index"
     (name,) = os.listdir(index_dir)
     with open(index_dir / name) as f:
@@ -239,7 +239,7 @@ def test_an_index_cached_by_an_earlier_version_is_not_trusted_blindly(bodies, tm
     with open(index_dir / name, "w") as f:
         json.dump(bad, f)
     close_clients()
-    ds = Dataset(url)
+    ds = IndexedDataset(url)
     assert len(ds) == PER_SHARD
     assert ds.labels.tolist() == [label_of(k) for k in ds.sources[0].table.keys]
 
@@ -268,7 +268,7 @@ def mixed(server, bodies) -> dict[str, str]:
 def test_empty_and_zstd_objects_under_a_prefix_are_reported(mixed, caplog):
     configure(S3Config(retry=FAST_RETRY))
     caplog.set_level(logging.WARNING, logger="turbofeed")
-    ds = Dataset(f"s3://{BUCKET}/mixed/")
+    ds = IndexedDataset(f"s3://{BUCKET}/mixed/")
     assert len(ds) == 3 * PER_SHARD  # the .tar, .tar.gz and .tgz are read
     bad = [mixed["empty"], mixed["zst"]]
     assert sorted(ds.damaged) == bad

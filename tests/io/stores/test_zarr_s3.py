@@ -16,7 +16,7 @@ if int(zarr.__version__.split(".")[0]) < 3:
 
 import turbofeed  # noqa: E402
 from turbofeed.errors import DatasetError  # noqa: E402
-from turbofeed.io import Dataset  # noqa: E402
+from turbofeed.io import IndexedDataset  # noqa: E402
 from turbofeed.io.stores.client import S3Client  # noqa: E402
 from turbofeed.io.stores.urls import close_clients  # noqa: E402
 from turbofeed.testing import LocalS3Server  # noqa: E402
@@ -59,7 +59,7 @@ def _epoch(data, config) -> list:
 def test_s3_store_gives_the_local_epoch(store, tmp_path, monkeypatch):
     local, url, config = store
     monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
-    remote_ds = Dataset(url, storage=config)
+    remote_ds = IndexedDataset(url, storage=config)
     assert len(remote_ds) == 48
     remote_ds.close()
     a, b = _epoch(local, config), _epoch(url, config)
@@ -72,4 +72,4 @@ def test_missing_store_names_the_url(store, tmp_path, monkeypatch):
     _, url, config = store
     monkeypatch.setenv("TURBOFEED_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(DatasetError, match="nothing.zarr"):
-        Dataset(url.replace("data.zarr", "nothing.zarr"), storage=config)
+        IndexedDataset(url.replace("data.zarr", "nothing.zarr"), storage=config)

@@ -12,7 +12,7 @@ the image feature is a problem (``table.problems``), not an error.
 Checksums: each record's length CRC (masked CRC-32C) is checked while indexing; a
 mismatch, or a record cut short, ends the usable part of the file (the samples before
 it are kept: the records after it cannot be found) and is reported like a cut tar shard
-(:class:`TarDamage`: a warning and ``Dataset.damaged``, or a DatasetError under
+(:class:`TarDamage`: a warning and ``IndexedDataset.damaged``, or a DatasetError under
 ``on_damage="raise"``). The data CRC is checked too, with a C CRC-32C (google-crc32c):
 while indexing, so the features of a damaged record are never trusted (its row holds
 only its place, keyed by its record number), and again each time a sample is read (the

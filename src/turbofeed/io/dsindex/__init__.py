@@ -3,7 +3,7 @@ dataset (per-shard identity, counts, problems and damage; per sample its key, im
 member, raw label and every member's extension, offset and size) as numpy arrays that
 loaders map instead of indexing each shard.
 
-:class:`~turbofeed.io.Dataset` finds it (:func:`find_index`), builds it for local tar
+:class:`~turbofeed.io.IndexedDataset` finds it (:func:`find_index`), builds it for local tar
 shards when it is missing or shards changed (:mod:`.auto`, one process per node under a
 file lock, :mod:`.lock`), and takes from it every shard that is still the version it
 indexed; ``turbofeed index DATA`` writes it ahead of time, and for ``s3://`` data
