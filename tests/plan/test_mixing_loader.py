@@ -141,7 +141,7 @@ def test_a_two_billion_sample_resampled_epoch_starts_at_once_in_small_memory(two
     resumed = load(list(two), weights=[3, 1], epoch_size=2_000_000_000, resample=True)
     resumed.load_state_dict(state)
     got = next(iter(resumed))[2]
-    plan = dl._plan(0, 1_500_000_000)  # the pure plan of the rest of the epoch
+    plan = dl.planner.plan(0, 1_500_000_000)  # the pure plan of the rest of the epoch
     assert [k.rsplit("/", 1)[-1] for k in got] == [
         resumed.dataset.describe(int(g))[1] for g in plan.order[0:8]]
     assert resumed.state_dict()["samples_done"] == 1_500_000_008

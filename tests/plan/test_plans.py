@@ -60,7 +60,7 @@ def test_each_loader_option_picks_its_plan(case, shard_paths):
     loader = CASES[case](shard_paths)
     name, order_type, blocks, groups = EXPECTED[case]
     assert choose(request(loader)).name == name
-    plan = loader._plan(0)
+    plan = loader.planner.plan(0)
     assert type(plan.order) is order_type
     assert (plan.blocks is not None, plan.groups is not None) == (blocks, groups)
     assert len(plan) == len(loader)

@@ -62,11 +62,11 @@ class EpochSampler:
         return loader
 
     def __len__(self) -> int:
-        return self._get()._per_rank()
+        return self._get().planner.per_rank()
 
     def __iter__(self) -> Iterator[int]:
         loader = self._get()
-        order = loader._plan(loader._upcoming_epoch()).order
+        order = loader.planner.plan(loader.book.upcoming_epoch()).order
         # an array as ints; a resampled epoch's lazy order yields ints itself, block by block
         return iter(order.tolist()) if isinstance(order, np.ndarray) else iter(order)
 
@@ -115,10 +115,10 @@ class EpochBatchSampler:
         return self.loader.sampler
 
     def __len__(self) -> int:
-        return self.loader._epoch_batches()
+        return self.loader.planner.epoch_batches()
 
     def __iter__(self) -> Iterator[BatchRef]:
-        return (BatchRef(self, i) for i in range(self.loader._epoch_batches()))
+        return (BatchRef(self, i) for i in range(self.loader.planner.epoch_batches()))
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -128,7 +128,7 @@ class EpochBatchSampler:
         a pass resumed there (after skipped batches, or when the previous pass is gone)."""
         it = self._pass
         if it is None or it.done or self._next != index:
-            self.loader._resume_at(index)
+            self.loader.book.resume_at(index)
             it = self._pass = iter(self.loader)
             self._next = index
         batch = next(it)
@@ -156,7 +156,8 @@ class TorchDropIn:
     (which has ``batch_size``, ``drop_last``, ``shuffle`` and ``dataset`` itself).
 
     The host provides ``device``, ``_pinned`` (host slots are page-locked),
-    ``_per_rank()``, ``_epoch_batches()``, ``_upcoming_epoch()`` and ``_resume_at(batches)``.
+    ``planner`` (``per_rank()``, ``epoch_batches()``, ``plan()``) and ``book``
+    (``upcoming_epoch()``, ``resume_at(batches)``).
     """
 
     device: torch.device | None  # the host's (declared for type checkers)

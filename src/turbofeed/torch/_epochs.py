@@ -1,11 +1,11 @@
 """The epoch bookkeeping of a :class:`turbofeed.DataLoader`: which epoch the next pass
 runs, where a resumed epoch continues, and the resume state (``state_dict``).
 
-A mixin: the loader holds the fields (``_epoch``, ``_start``, ``_batches_done``,
-``_batches_base``, ``_resume``, ``_fixed_epoch``, ``_next_epoch``, ``_active``,
-``_passes``, ``_iter_lock``) and the plan (``batch_size``, ``world_size``, ``seed``,
-``_fingerprint``, ``dataset``); the passes report to it through ``_advance`` and
-``_finish_epoch``.
+An object the loader holds (``loader.book``): it owns the position (``epoch``, ``start``,
+``batches_done``, ``batches_base``, ``resume``, ``fixed_epoch``, ``next_epoch``) and the
+passes (``active``, ``passes``, ``lock``), and asks the loader's planner
+(:class:`~turbofeed.torch._planning.LoaderPlanner`) about the plan; the passes report to
+it through :meth:`EpochBook.advance` and :meth:`EpochBook.finish_epoch`.
 
 Several passes of one loader may be live at once (a train loader reused for validation
 mid-epoch, as torch allows): each keeps its own epoch and position, and the loader's
@@ -26,47 +26,34 @@ from typing import TYPE_CHECKING, Any
 from ..plan import check_data, check_state, make_state
 
 if TYPE_CHECKING:
-    from ..io import IndexedDataset
     from ._iterator import _LoaderIterator
+    from .loader import DataLoader
 
 log = logging.getLogger("turbofeed")
 
 
 class EpochBook:
-    """Epochs, resume and the state dict of a loader (see the module docstring)."""
+    """Epochs, resume and the state dict of a loader (see the module docstring).
 
-    dataset: IndexedDataset
-    batch_size: int
-    world_size: int
-    seed: int
-    _fingerprint: str
-    _epoch: int
-    _start: int
-    _batches_done: int
-    _batches_base: int
-    _resume: bool
-    _fixed_epoch: int | None
-    _next_epoch: int
-    _active: weakref.ref | None
-    _passes: weakref.WeakSet
-    _iter_lock: threading.Lock
+    Args:
+        loader: the loader whose book this is (held weakly: the loader holds the book).
+    """
 
-    def _epoch_samples(self) -> int:
-        """Samples in every epoch's global order."""
-        return self.dataset.num_samples
-
-    def _reindex_changed(self) -> None:
-        """Before a pass, with no other pass running: re-index shards changed on disk."""
-
-    def _stream_state(self) -> dict[str, Any]:
-        """Extra state fields of the order (streaming mode's layout); none by default."""
-        return {}
-
-    def _adopt_stream_state(self, state: dict) -> None:
-        """Take the order's extra fields from a resumed ``state``."""
-
-    def _sync_ranks(self) -> None:
-        """Take the rank and world size the environment says now (between passes)."""
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = weakref.proxy(loader)
+        # Where the epoch stands (what state_dict reports): the current pass began after
+        # ``start`` samples of the global order (non-zero after a resume) and delivered
+        # ``batches_done`` batches; ``batches_base`` carries a resumed state's count.
+        self.epoch = 0
+        self.start = 0
+        self.batches_done = 0
+        self.batches_base = 0
+        self.resume = False  # the next iter() continues at the position above
+        self.fixed_epoch: int | None = None  # set_epoch's value, for every later pass
+        self.next_epoch = 0  # the epoch of the next pass without set_epoch
+        self.lock = threading.Lock()
+        self.active: weakref.ref | None = None  # the newest pass
+        self.passes: weakref.WeakSet = weakref.WeakSet()  # every pass not garbage-collected
 
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` in every following pass (every rank must pass the same value).
@@ -87,18 +74,18 @@ class EpochBook:
         Any other epoch cancels the resume.
         """
         epoch = int(epoch)
-        self._fixed_epoch = epoch
-        if self._resume and epoch == self._epoch:
+        self.fixed_epoch = epoch
+        if self.resume and epoch == self.epoch:
             return
-        self._resume = False
-        if epoch != self._epoch and not self._live():
-            self._epoch, self._start, self._batches_done, self._batches_base = epoch, 0, 0, 0
+        self.resume = False
+        if epoch != self.epoch and not self.live():
+            self.epoch, self.start, self.batches_done, self.batches_base = epoch, 0, 0, 0
 
     @property
     def samples_done(self) -> int:
         """Prefix of this epoch's global order consumed by all ranks together."""
-        done = self._start + self._batches_done * self.batch_size * self.world_size
-        return min(self._epoch_samples(), done)
+        done = self.start + self.batches_done * self._loader.batch_size * self._loader.world_size
+        return min(self._loader.planner.epoch_samples(), done)
 
     def state_dict(self) -> dict:
         """Where things stand: a small JSON-safe dict (see :meth:`load_state_dict`).
@@ -108,11 +95,12 @@ class EpochBook:
         12 batches per epoch: after 5 batches of epoch 2, ``epoch=2, batches_done=5``;
         after all 12, ``epoch=3, batches_done=0``.
         """
-        self._sync_ranks()
-        return make_state(epoch=self._epoch, samples_done=self.samples_done,
-                          batches_done=self._batches_base + self._batches_done, seed=self.seed,
-                          world_size=self.world_size, plan=self._fingerprint, data=self.dataset.content_print(),
-                          **self._stream_state())
+        loader = self._loader
+        loader.planner.sync_ranks()
+        return make_state(epoch=self.epoch, samples_done=self.samples_done,
+                          batches_done=self.batches_base + self.batches_done, seed=loader.seed,
+                          world_size=loader.world_size, plan=loader.planner.fingerprint,
+                          data=loader.dataset.content_print(), **loader.planner.stream_state())
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
@@ -135,87 +123,89 @@ class EpochBook:
                 differs), or naming the field that does not match (version, seed, or
                 ``plan`` when shuffle, drop_last or the mixing options changed).
         """
-        self._sync_ranks()
-        check_data(state, self.dataset.content_print())
-        check_state(state, seed=self.seed, plan=self._fingerprint)
-        self._adopt_stream_state(state)
-        if state["world_size"] != self.world_size:
+        loader = self._loader
+        loader.planner.sync_ranks()
+        check_data(state, loader.dataset.content_print())
+        check_state(state, seed=loader.seed, plan=loader.planner.fingerprint)
+        loader.planner.adopt_stream_state(state)
+        if state["world_size"] != loader.world_size:
             log.info("turbofeed: elastic resume of epoch %d at sample %d: world size %d -> %d",
-                     state["epoch"], state["samples_done"], state["world_size"], self.world_size)
-        with self._iter_lock:
-            self._supersede_passes()
-            self._epoch = state["epoch"]
-            self._start = min(state["samples_done"], self._epoch_samples())
-            self._batches_done = 0
-            self._batches_base = state["batches_done"] if state["world_size"] == self.world_size else 0
-            self._resume = True
-            self._fixed_epoch = None
-            self._next_epoch = self._epoch
+                     state["epoch"], state["samples_done"], state["world_size"], loader.world_size)
+        with self.lock:
+            self.supersede_passes()
+            self.epoch = state["epoch"]
+            self.start = min(state["samples_done"], loader.planner.epoch_samples())
+            self.batches_done = 0
+            self.batches_base = state["batches_done"] if state["world_size"] == loader.world_size else 0
+            self.resume = True
+            self.fixed_epoch = None
+            self.next_epoch = self.epoch
 
-    def _upcoming_epoch(self) -> int:
+    def upcoming_epoch(self) -> int:
         """The epoch the next ``iter(self)`` runs."""
-        if self._resume:
-            return self._epoch
-        return self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+        if self.resume:
+            return self.epoch
+        return self.next_epoch if self.fixed_epoch is None else self.fixed_epoch
 
-    def _resume_at(self, batches: int) -> None:
+    def resume_at(self, batches: int) -> None:
         """The next ``iter(self)`` runs the upcoming epoch from its batch ``batches``, exactly
         (as :meth:`load_state_dict`): how ``batch_sampler`` skips (Accelerate). Other
         passes go on; none moves the position until that ``iter()``."""
-        with self._iter_lock:
-            self._epoch = self._upcoming_epoch()
-            self._start = min(self._epoch_samples(), batches * self.batch_size * self.world_size)
-            self._batches_done, self._batches_base, self._resume = 0, batches, True
+        with self.lock:
+            self.epoch = self.upcoming_epoch()
+            loader = self._loader
+            self.start = min(loader.planner.epoch_samples(), batches * loader.batch_size * loader.world_size)
+            self.batches_done, self.batches_base, self.resume = 0, batches, True
 
-    def _new_pass(self, make: Callable[..., _LoaderIterator]) -> _LoaderIterator:
-        """``iter(loader)``: a pass ``make(loader, epoch, start, base)`` of the upcoming
-        epoch (the resumed one after :meth:`load_state_dict`); the position follows it."""
-        with self._iter_lock:
-            if not self._live_passes():  # a running pass may be reading the shards: left as they are
-                self._reindex_changed()
-            if self._resume:
-                epoch, start, base = self._epoch, self._start, self._batches_base
-                self._resume = False
+    def new_pass(self, make: Callable[[int, int, int], _LoaderIterator]) -> _LoaderIterator:
+        """``iter(loader)``: a pass ``make(epoch, start, base)`` of the upcoming epoch (the
+        resumed one after :meth:`load_state_dict`); the position follows it."""
+        with self.lock:
+            if not self.live_passes():  # a running pass may be reading the shards: left as they are
+                self._loader._reindex_changed()
+            if self.resume:
+                epoch, start, base = self.epoch, self.start, self.batches_base
+                self.resume = False
             else:
-                epoch = self._next_epoch if self._fixed_epoch is None else self._fixed_epoch
+                epoch = self.next_epoch if self.fixed_epoch is None else self.fixed_epoch
                 start = base = 0
-            it = make(self, epoch, start, base)
-            self._follow(it)
-            self._active = weakref.ref(it)
-            self._passes.add(it)
+            it = make(epoch, start, base)
+            self.follow(it)
+            self.active = weakref.ref(it)
+            self.passes.add(it)
         return it
 
-    def _follow(self, it: _LoaderIterator) -> None:
-        """The position is that of pass ``it`` (caller holds ``_iter_lock``)."""
-        self._epoch, self._start, self._batches_base = it.epoch, it.start, it.base
-        self._batches_done = it.delivered
+    def follow(self, it: _LoaderIterator) -> None:
+        """The position is that of pass ``it`` (caller holds ``lock``)."""
+        self.epoch, self.start, self.batches_base = it.epoch, it.start, it.base
+        self.batches_done = it.delivered
 
-    def _advance(self, it: _LoaderIterator) -> None:
+    def advance(self, it: _LoaderIterator) -> None:
         """Pass ``it`` delivered another batch: the position is its (so the next pass runs
         the epoch after its), unless a resume waits for the next ``iter()``."""
-        with self._iter_lock:
-            if not self._resume and not it.superseded:
-                self._follow(it)
-                self._next_epoch = it.epoch + 1
+        with self.lock:
+            if not self.resume and not it.superseded:
+                self.follow(it)
+                self.next_epoch = it.epoch + 1
 
-    def _finish_epoch(self, it: _LoaderIterator) -> None:
+    def finish_epoch(self, it: _LoaderIterator) -> None:
         """Pass ``it`` delivered its whole epoch: the position is the next epoch's start."""
-        with self._iter_lock:
-            if not self._resume and not it.superseded:
-                self._epoch = self._next_epoch = it.epoch + 1
-                self._start = self._batches_done = self._batches_base = 0
+        with self.lock:
+            if not self.resume and not it.superseded:
+                self.epoch = self.next_epoch = it.epoch + 1
+                self.start = self.batches_done = self.batches_base = 0
 
-    def _live(self) -> _LoaderIterator | None:
+    def live(self) -> _LoaderIterator | None:
         """The newest pass if it may still yield batches."""
-        it = self._active() if self._active else None
+        it = self.active() if self.active else None
         return it if it is not None and not it.done else None
 
-    def _live_passes(self) -> list[_LoaderIterator]:
+    def live_passes(self) -> list[_LoaderIterator]:
         """Every pass of this loader that may still yield batches."""
-        return [it for it in list(self._passes) if not it.done]
+        return [it for it in list(self.passes) if not it.done]
 
-    def _supersede_passes(self) -> None:
-        """Stop every running pass (caller holds ``_iter_lock``): a resume replaces
+    def supersede_passes(self) -> None:
+        """Stop every running pass (caller holds ``lock``): a resume replaces
         where they stand; using one afterwards raises."""
-        for it in self._live_passes():
+        for it in self.live_passes():
             it.supersede()

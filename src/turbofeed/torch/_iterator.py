@@ -56,7 +56,7 @@ class _LoaderIterator:
         self.done = False  # finished, closed or failed: nothing more will come
         self.superseded = False
         self.delivered = 0  # batches of this pass handed out
-        plan = loader._plan(epoch, start)
+        plan = loader.planner.plan(epoch, start)
         self.batches = len(plan)
         policy = loader._policy.for_pass()  # shared by this pass's threads and batch stages
         options = pass_options(loader)
@@ -92,7 +92,7 @@ class _LoaderIterator:
         if self.loader.return_keys:
             batch = self._with_keys(batch, job)
         self.delivered = job.index + 1
-        self.loader._advance(self)
+        self.loader.book.advance(self)
         if self.delivered == self.batches:
             # The epoch is delivered even if nobody asks for one more (zip(range(len(loader)), loader)).
             self._finish()
@@ -105,7 +105,7 @@ class _LoaderIterator:
         if not self.done:
             self.done = True
             self.engine.close()  # the threads have nothing left to do
-            self.loader._finish_epoch(self)
+            self.loader.book.finish_epoch(self)
 
     def _with_keys(self, batch: Any, job: Job) -> Any:
         """``return_keys``: ``(images, labels, keys)``; a user collate's batch as

@@ -6,8 +6,6 @@ import dataclasses
 import functools
 import logging
 import os
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +25,7 @@ from ..transforms import Compose
 from ._compat import TorchDropIn
 from ._epochs import EpochBook
 from ._iterator import _LoaderIterator
-from ._planning import LoaderPlanning
+from ._planning import LoaderPlanner
 from ._torchargs import constructor_arguments, torch_arguments, torch_data
 from .buckets import loader_buckets
 from .device import gpu_available
@@ -35,7 +33,7 @@ from .device import gpu_available
 log = logging.getLogger("turbofeed")
 
 
-class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
+class DataLoader(TorchDropIn):
     """Iterate (images, labels) batches of a WebDataset tar or ImageFolder dataset.
 
     Two kinds of arguments. *What the data is* (paths, ``format``, ``storage``,
@@ -179,7 +177,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         torch_args = torch_arguments(**self._arguments)  # checked, and what they come to
         data, seed, prefetch, shuffle = torch_args.data, torch_args.seed, torch_args.prefetch, torch_args.shuffle
         self.apply_exif_orientation = apply_exif_orientation
-        self._auto_threads = num_workers is None  # chosen again if the ranks on this node change
+        auto_threads = num_workers is None  # chosen again if the ranks on this node change
         if num_workers is None:
             num_workers = choose_threads().threads
         if batch_size < 1 or num_workers < 0:
@@ -210,14 +208,15 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         self.prefetch = prefetch
         self.channels_last = channels_last
         self.return_keys = return_keys
-        self._ranks = RankChoice(enable_distributed, rank, world_size)  # read again before each pass
-        env = self._ranks.resolve()
+        ranks = RankChoice(enable_distributed, rank, world_size)  # read again before each pass
+        env = ranks.resolve()
         self.rank, self.world_size = env.rank, env.world_size
-        self._streaming = streaming
-        self._ahead = (prefetch + 2) * batch_size  # how far the fetch stage reads ahead (fetch_stage)
+        # the epochs and resume (book), the plans (planner): objects of their own
+        self.book = EpochBook(self)
+        self.planner = planner = LoaderPlanner(self, ranks=ranks, auto_threads=auto_threads, streaming=streaming,
+                                               ahead=(prefetch + 2) * batch_size)  # how far the fetch stage reads
         self.stream_layout: StreamLayout | None = stream_layout(
-            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size,
-            ahead=self._ahead)
+            self.dataset, streaming, nodes=env.nodes, ranks_per_node=env.local_world_size, ahead=planner.ahead)
         # drawn again from the dataset when its shards change (_reindex_changed)
         self._draw_for = functools.partial(epoch_draw, data=data, weights=weights, epoch_size=epoch_size,
                                            resample=resample, format=format, storage=storage)
@@ -239,23 +238,10 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             from ..engine.hybrid import HybridSplit
 
             self._hybrid = HybridSplit(num_workers)
-        # Where the epoch stands (what state_dict reports): the current pass began after
-        # ``_start`` samples of the global order (non-zero after a resume) and delivered
-        # ``_batches_done`` batches; ``_batches_base`` carries a resumed state's count.
-        self._epoch = 0
-        self._start = 0
-        self._batches_done = 0
-        self._batches_base = 0
-        self._resume = False  # the next iter() continues at the position above
-        self._fixed_epoch: int | None = None  # set_epoch's value, for every later pass
-        self._next_epoch = 0  # the epoch of the next pass without set_epoch
-        self._iter_lock = threading.Lock()
-        self._fingerprint = self._plan_fingerprint()
-        self._active: weakref.ref | None = None  # the newest pass
-        self._passes: weakref.WeakSet = weakref.WeakSet()  # every pass not garbage-collected
-        if self._epoch_batches() == 0:
+        planner.fingerprint = planner.make_fingerprint()
+        if planner.epoch_batches() == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: this rank "
-                             f"has {self._per_rank()} samples")
+                             f"has {planner.per_rank()} samples")
         size = self.transform.size if self.transform is not None else None
         # batch slots, kept across passes (fixed-size batches only)
         self._slot_pool = None if size is None else SlotPools(batch_size, size, pinned=self._pinned,
@@ -301,7 +287,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
         mid-epoch; ``state_dict()`` follows: :mod:`turbofeed.torch._epochs`). Close or drop
         an iterator you abandon: its threads wait for it until it is garbage-collected.
         """
-        return self._new_pass(_LoaderIterator)
+        return self.book.new_pass(functools.partial(_LoaderIterator, self))
 
     def _reindex_changed(self) -> None:
         """Before a pass (no worker running): re-index the shards changed on disk since
@@ -316,13 +302,48 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
             self.draw = self._draw_for(self.dataset)
         if self.buckets is not None:
             self.buckets = self._bucket_for(self.dataset)
-        self._fingerprint = self._plan_fingerprint()
-        if self._resume:
+        self.planner.fingerprint = self.planner.make_fingerprint()
+        if self.book.resume:
             log.warning("turbofeed: the data changed on disk after load_state_dict; the resumed "
-                        "epoch continues at sample %d of the re-indexed data", self._start)
-        if self._epoch_batches() == 0:
+                        "epoch continues at sample %d of the re-indexed data", self.book.start)
+        if self.planner.epoch_batches() == 0:
             raise ValueError(f"after re-indexing, batch_size={self.batch_size} with drop_last=True "
-                             f"leaves no batch: this rank has {self._per_rank()} samples")
+                             f"leaves no batch: this rank has {self.planner.per_rank()} samples")
+
+    # -- epochs and resume: the book's ---------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` in every following pass (:meth:`EpochBook.set_epoch
+        <turbofeed.torch._epochs.EpochBook.set_epoch>`: sticky, as
+        ``DistributedSampler.set_epoch``; right after :meth:`load_state_dict`, the state's
+        epoch keeps the resume position)."""
+        self.book.set_epoch(epoch)
+
+    @property
+    def samples_done(self) -> int:
+        """Prefix of this epoch's global order consumed by all ranks together."""
+        return self.book.samples_done
+
+    def state_dict(self) -> dict:
+        """Where things stand: a small JSON-safe dict (:meth:`EpochBook.state_dict
+        <turbofeed.torch._epochs.EpochBook.state_dict>`; :meth:`load_state_dict` takes it)."""
+        return self.book.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where ``state`` was taken: the next ``iter(loader)`` yields the rest of
+        that epoch, exactly with the world size that saved it, elastically with another
+        (:meth:`EpochBook.load_state_dict <turbofeed.torch._epochs.EpochBook.load_state_dict>`).
+
+        Raises:
+            ValueError: the state was saved on other data, or with another seed or plan.
+        """
+        self.book.load_state_dict(state)
+
+    def __len__(self) -> int:
+        """Batches the next ``iter(loader)`` yields on this rank (the same on every rank):
+        a whole epoch's, or after :meth:`load_state_dict` (until that pass starts), the
+        rest of the resumed epoch, as tqdm and Lightning count the steps."""
+        book = self.book
+        return self.planner.epoch_batches(book.start if book.resume else 0)
 
     def profile(self) -> str:
         """Seconds per stage so far, biggest first: where the time goes."""
@@ -330,7 +351,7 @@ class DataLoader(LoaderPlanning, EpochBook, TorchDropIn):
 
     def close(self) -> None:
         """Stop the running passes and close the dataset's files."""
-        for it in self._live_passes():
+        for it in self.book.live_passes():
             it.close()
         self.dataset.close()
 
