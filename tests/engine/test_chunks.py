@@ -509,6 +509,88 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatc
     same_batches(got, epoch(reference))
 
 
+def test_gpu_feed_reads_each_chunk_in_one_native_call(shards, monkeypatch):
+    """The GPU feed's chunk is one read_chunk_at call (two where it is larger than any
+    before: the buffer's size asked first); read_chunk reads only the rows of shards not
+    open yet, at their places; every image's exact bytes reach the decoder."""
+    calls = {"at": 0, "rows": 0, "short": 0, "opening": 0}
+    read_at, read = native.read_chunk_at, native.read_chunk
+
+    def counting(*a, **k):
+        head, place, total = read_at(*a, **k)
+        calls["at"] += 1
+        calls["rows"] += a[3] if head is not None else 0
+        calls["short"] += head is None
+        return head, place, total
+
+    def opening(*a, **k):
+        calls["opening"] += 1
+        return read(*a, **k)
+
+    monkeypatch.setattr(native, "read_chunk_at", counting)
+    monkeypatch.setattr(native, "read_chunk", opening)
+    headroom = chunks._HEADROOM
+    monkeypatch.setattr(chunks, "_HEADROOM", 0.5)  # a first guess too small: a second call
+    decoder = TensorDecoder()
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=decoder)
+    assert sum(len(labels) for _, labels in loader) == 120
+    assert calls["rows"] == 120 and calls["at"] == 6 + calls["short"] and 1 <= calls["short"] <= 6
+    assert 1 <= calls["opening"] <= 6  # the chunks that found a shard not open yet
+    sent = [d for call in decoder.tensor_calls for d in call]
+    assert len(sent) == 120 and set(sent) == members(shards)
+    monkeypatch.setattr(chunks, "_HEADROOM", headroom)
+    calls.update(at=0, rows=0, short=0, opening=0)
+    assert sum(len(labels) for _, labels in loader) == 120  # every shard open, the buffers large enough
+    assert calls == {"at": 6, "rows": 120, "short": 0, "opening": 0}
+
+
+def gpu_fail_reads(monkeypatch, errnos: dict[int, int]) -> None:
+    """fail_reads for the GPU feed's two native reads: row ``i`` of each chunk fails."""
+    read, read_at = native.read_chunk, native.read_chunk_at
+
+    def failed(head):
+        head = head.copy()
+        for row, code in errnos.items():
+            head[row] = (native.READ_ERRNO, code, 0)
+        return head
+
+    def failing_at(*a, **k):
+        head, place, total = read_at(*a, **k)
+        return (None if head is None else failed(head)), place, total
+
+    monkeypatch.setattr(native, "read_chunk", lambda *a, **k: failed(read(*a, **k)))
+    monkeypatch.setattr(native, "read_chunk_at", failing_at)
+
+
+@pytest.mark.parametrize("errnos, message", [({-1: errno.EIO}, "Input/output error"),
+                                             ({1: errno.EIO, -1: errno.ENOSPC}, "Input/output error")])
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_read_error_on_the_gpu_feed_is_a_storage_error_naming_the_shard(shards, monkeypatch, errnos, message,
+                                                                         warm):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32),
+                                  gpu_decode=CpuStandInDecoder())
+    if warm:
+        list(loader)  # every shard open: each chunk is one read_chunk_at call
+    gpu_fail_reads(monkeypatch, errnos)
+    with pytest.raises(StorageError, match=rf"\.tar: read of \d+ bytes at offset \d+ failed: {message}"):
+        list(loader)
+
+
+def test_a_shard_replaced_during_a_gpu_feed_pass_raises(tmp_path):
+    # many batches: the feed and the batch thread run a few ahead of the consumer, never to the end
+    members_ = [(f"{i}.jpg", encode(photo(32, 32, seed=i % 8), quality=90)) for i in range(160)]
+    path = write_tar(str(tmp_path / "s.tar"), members_)
+    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=1, prefetch=1, transform=T.imagenet_train(16),
+                                  gpu_decode=CpuStandInDecoder())
+    it = iter(loader)
+    next(it)
+    os.utime(path, ns=(1, 1))  # a change to the indexed file (its ctime and mtime move)
+    with pytest.raises(StorageError, match="s.tar"):
+        for _ in it:
+            pass
+
+
 def test_gpu_feed_per_chunk_keeps_bad_samples_from_the_decoder(tmp_path):
     from turbofeed.testing import CpuStandInDecoder
 
