@@ -100,8 +100,9 @@ class BuildExt(build_ext):
 # The extension's C files: module*.c hold the CPython bindings; the others use no Python
 # (tests/decode/test_fuzz_native.py builds them into a sanitizer fuzz run).
 CSRC = "src/turbofeed/decode/csrc"
-SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_args.c", "module_index.c", "module_chunk.c", "chunk.c",
-                                          "jpeg_window.c", "resample.c", "kernels.c", "tarindex.c", "jpeg_sizes.c", "windows.c")]
+SOURCES = [f"{CSRC}/{name}" for name in ("module.c", "module_args.c", "module_index.c", "module_chunk.c",
+                                          "module_read.c", "chunk.c", "jpeg_window.c", "resample.c", "kernels.c",
+                                          "tarindex.c", "jpeg_sizes.c", "windows.c")]
 HEADERS = [f"{CSRC}/{name}" for name in ("jpeg_window.h", "kernels.h", "layout.h", "resample.h", "module.h",
                                          "module_index.h", "module_chunk.h", "chunk.h", "windows.h",
                                          "tarindex.h", "jpeg_sizes.h")]

@@ -246,7 +246,7 @@ def gil_free_timer() -> Iterator[Seconds]:
 
 
 #: The extension's functions that release the GIL for their work (csrc/module*.c).
-GIL_FREE = ("read_chunk", "run_chunk", "run_chunk_at", "crop_resize", "resize", "check", "windows")
+GIL_FREE = ("read_chunk", "read_chunk_at", "run_chunk", "run_chunk_at", "crop_resize", "resize", "check", "windows")
 
 
 def timed_epoch(loader: Any, profile: cProfile.Profile | None = None) -> tuple[int, float]:

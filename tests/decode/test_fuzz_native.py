@@ -53,7 +53,8 @@ def test_the_fuzz_run_builds_the_files_setup_py_builds():
     line = re.search(r"^SOURCES = .*?\)\]$", (ROOT / "setup.py").read_text(), re.M | re.S)
     assert line, "setup.py has no SOURCES = [...] line"
     built = set(re.findall(r'"(\w+\.c)"', line.group()))
-    assert built == {p.name for p in _core_sources()} | {"module.c", "module_args.c", "module_index.c", "module_chunk.c"}, built
+    assert built == {p.name for p in _core_sources()} | {"module.c", "module_args.c", "module_index.c", "module_chunk.c",
+                                                                  "module_read.c"}, built
 
 
 @pytest.fixture(scope="module")

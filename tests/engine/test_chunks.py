@@ -378,6 +378,75 @@ def test_run_chunk_at_takes_its_rows_from_the_order_and_the_tables(tmp_path):
         os.close(fd)
 
 
+def test_read_chunk_at_takes_its_rows_from_the_order_and_the_tables(tmp_path):
+    """read_chunk_at alone: sample ids from a strided order, the readable rows' bytes one
+    after another in one buffer (those on a shard not open keep their place, unread),
+    the file's bytes there, the buffer's size asked for first where it is short, scans
+    checked where not known intact (the flags then set), the pixel limit, bounds errors."""
+    good = [encode(photo(40, 50, seed=i), quality=90) for i in range(5)]
+    damaged = ones_in_scan(encode(photo(40, 50, seed=9), quality=90), fraction=0.9)
+    blobs = [*good, damaged]
+    path, fd, offsets, sizes, stamps = raw_file(tmp_path, blobs)
+    raw = path.read_bytes()
+    try:
+        # sample ids 0..5: 2 not readable by range, 4 on a source not open yet, 5 damaged
+        readable = np.array([1, 1, 0, 1, 1, 1], np.uint8)
+        source = np.array([0, 0, 0, 0, 1, 0], np.int32)
+        fds = np.array([fd, -1], np.int32)
+        by_source = np.concatenate([stamps[:1], stamps[:1]])
+        checked = np.zeros(6, np.uint8)
+        table = (readable, source, fds, offsets, sizes, by_source, checked, np.arange(6, dtype=np.int64))
+        order = np.array([9, 3, 9, 0, 9, 2, 9, 4, 9, 1, 9, 5], np.int64)  # every other from 1
+        gids = [3, 0, 2, 4, 1, 5]
+        ours = sizes[gids] * readable[gids]
+        head, place, total = native.read_chunk_at(order, 1, 2, 6, table, np.zeros(10, np.uint8))
+        assert head is None and total == ours.sum() and not checked.any()  # too short: nothing read
+        starts = np.concatenate([[0], np.cumsum(ours)[:-1]])
+        assert place.tolist() == [[g, s, z] for g, s, z in zip(gids, starts.tolist(), ours.tolist())]
+        buffer = np.zeros(total + 7, np.uint8)  # longer than needed: fine
+        head, again, total = native.read_chunk_at(order, 1, 2, 6, table, buffer)
+        assert head is not None and np.array_equal(again, place)
+        assert head.tolist() == [[0, 40, 50], [0, 40, 50], [native.READ_GENERAL, 0, 0],
+                                 [native.RUN_UNOPENED, 0, 0], [0, 40, 50], [native.READ_BAD, 40, 50]]
+        for (gid, start, size), (status, _, _) in zip(place.tolist(), head.tolist()):
+            expected = raw[offsets[gid]:offsets[gid] + size] if status != native.RUN_UNOPENED else bytes(size)
+            assert bytes(buffer[start:start + size]) == expected
+        assert checked.tolist() == [1, 1, 0, 1, 0, 0]  # read intact: flagged; 5 damaged; 4 not read
+        fds[1] = fd  # the shard opened: the row is read at its place
+        checked[5] = 1  # known intact (say the index's verdict): its scan is not checked again
+        head, _, _ = native.read_chunk_at(order, 1, 2, 6, table, buffer)
+        assert head is not None and head[:, 0].tolist() == [0, 0, native.READ_GENERAL, 0, 0, 0]
+        assert bytes(buffer[:total]) == b"".join(raw[offsets[g]:offsets[g] + sizes[g]] for g in (3, 0, 4, 1, 5))
+        assert checked.tolist() == [1, 1, 0, 1, 1, 1]
+        head, _, _ = native.read_chunk_at(order, 1, 2, 6, table, buffer, max_pixels=40 * 50 - 1)
+        assert head is not None and head[:, 0].tolist() == [native.READ_BAD] * 2 + [native.READ_GENERAL] + \
+            [native.READ_BAD] * 3
+        changed = by_source.copy()
+        changed[1, 2] += 1  # source 1: another ctime, not the indexed file
+        head, _, _ = native.read_chunk_at(order, 1, 2, 6, (*table[:5], changed, *table[6:]), buffer)
+        assert head is not None and head[:, 0].tolist() == [0, 0, native.READ_GENERAL, native.READ_CHANGED, 0, 0]
+        head, place, total = native.read_chunk_at(order, 1, 2, 0, table, np.zeros(0, np.uint8))
+        assert head is not None and len(head) == len(place) == total == 0
+        with pytest.raises(ValueError, match="outside the order"):
+            native.read_chunk_at(order, 1, 2, 7, table, buffer)
+        with pytest.raises(ValueError, match="outside the order"):
+            native.read_chunk_at(order, 11, -2, 7, table, buffer)
+        with pytest.raises(ValueError, match="out of range"):  # order[0] is 9: no such sample
+            native.read_chunk_at(order, 0, 1, 1, table, buffer)
+        with pytest.raises(ValueError, match="out of range"):  # a source past fds
+            native.read_chunk_at(order, 1, 2, 1, (readable, np.full(6, 2, np.int32), *table[2:]), buffer)
+        with pytest.raises(ValueError, match="disagree"):
+            native.read_chunk_at(order, 1, 2, 2, (*table[:4], sizes[:5], *table[5:]), buffer)
+        with pytest.raises(ValueError, match="buffer must be writable"):
+            native.read_chunk_at(order, 1, 2, 2, table, np.frombuffer(bytes(len(buffer)), np.uint8))
+        with pytest.raises(ValueError, match="checked must be writable"):
+            native.read_chunk_at(order, 1, 2, 2, (*table[:6], np.frombuffer(bytes(6), np.uint8), table[7]), buffer)
+        with pytest.raises(ValueError, match="int64"):
+            native.read_chunk_at(order.astype(np.int32), 1, 2, 2, table, buffer)
+    finally:
+        os.close(fd)
+
+
 def test_read_chunk_checks_scans_and_the_pixel_limit_where_asked(tmp_path):
     good = encode(photo(80, 60, seed=1), quality=90)
     _, fd, offsets, sizes, stamps = raw_file(tmp_path, [good, ones_in_scan(good, fraction=0.9), good])
@@ -438,6 +507,88 @@ def test_gpu_feed_per_chunk_gives_the_per_sample_feed_batches(shards, monkeypatc
     reference = turbofeed.DataLoader(shards, gpu_decode=CpuStandInDecoder(), **kw)
     assert not isinstance(stage_of(reference), ChunkedGpuDecode)
     same_batches(got, epoch(reference))
+
+
+def test_gpu_feed_reads_each_chunk_in_one_native_call(shards, monkeypatch):
+    """The GPU feed's chunk is one read_chunk_at call (two where it is larger than any
+    before: the buffer's size asked first); read_chunk reads only the rows of shards not
+    open yet, at their places; every image's exact bytes reach the decoder."""
+    calls = {"at": 0, "rows": 0, "short": 0, "opening": 0}
+    read_at, read = native.read_chunk_at, native.read_chunk
+
+    def counting(*a, **k):
+        head, place, total = read_at(*a, **k)
+        calls["at"] += 1
+        calls["rows"] += a[3] if head is not None else 0
+        calls["short"] += head is None
+        return head, place, total
+
+    def opening(*a, **k):
+        calls["opening"] += 1
+        return read(*a, **k)
+
+    monkeypatch.setattr(native, "read_chunk_at", counting)
+    monkeypatch.setattr(native, "read_chunk", opening)
+    headroom = chunks._HEADROOM
+    monkeypatch.setattr(chunks, "_HEADROOM", 0.5)  # a first guess too small: a second call
+    decoder = TensorDecoder()
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32),
+                                  gpu_decode=decoder)
+    assert sum(len(labels) for _, labels in loader) == 120
+    assert calls["rows"] == 120 and calls["at"] == 6 + calls["short"] and 1 <= calls["short"] <= 6
+    assert 1 <= calls["opening"] <= 6  # the chunks that found a shard not open yet
+    sent = [d for call in decoder.tensor_calls for d in call]
+    assert len(sent) == 120 and set(sent) == members(shards)
+    monkeypatch.setattr(chunks, "_HEADROOM", headroom)
+    calls.update(at=0, rows=0, short=0, opening=0)
+    assert sum(len(labels) for _, labels in loader) == 120  # every shard open, the buffers large enough
+    assert calls == {"at": 6, "rows": 120, "short": 0, "opening": 0}
+
+
+def gpu_fail_reads(monkeypatch, errnos: dict[int, int]) -> None:
+    """fail_reads for the GPU feed's two native reads: row ``i`` of each chunk fails."""
+    read, read_at = native.read_chunk, native.read_chunk_at
+
+    def failed(head):
+        head = head.copy()
+        for row, code in errnos.items():
+            head[row] = (native.READ_ERRNO, code, 0)
+        return head
+
+    def failing_at(*a, **k):
+        head, place, total = read_at(*a, **k)
+        return (None if head is None else failed(head)), place, total
+
+    monkeypatch.setattr(native, "read_chunk", lambda *a, **k: failed(read(*a, **k)))
+    monkeypatch.setattr(native, "read_chunk_at", failing_at)
+
+
+@pytest.mark.parametrize("errnos, message", [({-1: errno.EIO}, "Input/output error"),
+                                             ({1: errno.EIO, -1: errno.ENOSPC}, "Input/output error")])
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_read_error_on_the_gpu_feed_is_a_storage_error_naming_the_shard(shards, monkeypatch, errnos, message,
+                                                                         warm):
+    loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1, transform=T.imagenet_train(32),
+                                  gpu_decode=CpuStandInDecoder())
+    if warm:
+        list(loader)  # every shard open: each chunk is one read_chunk_at call
+    gpu_fail_reads(monkeypatch, errnos)
+    with pytest.raises(StorageError, match=rf"\.tar: read of \d+ bytes at offset \d+ failed: {message}"):
+        list(loader)
+
+
+def test_a_shard_replaced_during_a_gpu_feed_pass_raises(tmp_path):
+    # many batches: the feed and the batch thread run a few ahead of the consumer, never to the end
+    members_ = [(f"{i}.jpg", encode(photo(32, 32, seed=i % 8), quality=90)) for i in range(160)]
+    path = write_tar(str(tmp_path / "s.tar"), members_)
+    loader = turbofeed.DataLoader(path, batch_size=8, num_workers=1, prefetch=1, transform=T.imagenet_train(16),
+                                  gpu_decode=CpuStandInDecoder())
+    it = iter(loader)
+    next(it)
+    os.utime(path, ns=(1, 1))  # a change to the indexed file (its ctime and mtime move)
+    with pytest.raises(StorageError, match="s.tar"):
+        for _ in it:
+            pass
 
 
 def test_gpu_feed_per_chunk_keeps_bad_samples_from_the_decoder(tmp_path):

@@ -1,4 +1,4 @@
-"""Types of the C extension ``turbofeed.decode._crop`` (``csrc/module.c``, ``csrc/module_index.c``); see its docstrings."""
+"""Types of the C extension ``turbofeed.decode._crop`` (``csrc/module*.c``); see its docstrings."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -25,10 +25,14 @@ def tar_walk(fd: int, file_size: int, /) -> tuple[bytes, bytes, bytes, bytes] | 
 def gather(fd: int, offsets: Any, sizes: Any, /) -> bytes: ...
 def jpeg_sizes(fd: int, offsets: Any, sizes: Any, /) -> bytes: ...
 def scan_checks(fd: int, offsets: Any, sizes: Any, max_pixels: int = ...) -> bytes: ...
-# A chunk of samples (``csrc/chunk.c``, ``csrc/module_chunk.c``): statuses come back as bytes
-# of int32 (``read_chunk``: (status, height, width) triples; ``run_chunk``: (code, errno) pairs).
+# A chunk of samples (``csrc/chunk.c``, ``csrc/module_chunk.c``, ``csrc/module_read.c``):
+# statuses come back as bytes of int32 (``read_chunk``, ``read_chunk_at``: (status, height,
+# width) triples; ``run_chunk``: (code, errno) pairs); ``read_chunk_at``'s places as bytes of
+# int64 (sample id, start, size) triples.
 def read_chunk(fds: Any, offsets: Any, sizes: Any, stamps: Any, buffer: Any, starts: Any, checks: Any = ...,
                max_pixels: int = ...) -> bytes: ...
+def read_chunk_at(order: Any, first: int, step: int, n: int, table: tuple[Any, ...], buffer: Any,
+                  max_pixels: int = ...) -> tuple[bytes | None, bytes, int]: ...
 def run_chunk(fds: Any, offsets: Any, sizes: Any, stamps: Any, gids: Any, checks: Any, rows: Any, program: Any,
               epoch_key: int, out: Any, out_h: int, out_w: int, channels_first: bool = ...,
               offset: Sequence[float] | None = ..., factor: Sequence[float] | None = ..., max_pixels: int = ...,

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .chunk_calls import (READ_BAD, READ_CHANGED, READ_ERRNO, READ_GENERAL, READ_OK, READ_SHORT, RUN_GENERAL,
+                          RUN_NOMEM, RUN_OK, RUN_UNOPENED, _floats, read_chunk, read_chunk_at, run_chunk, run_chunk_at)
 from .limits import DEFAULT, DefaultLimit, resolve
 
 log = logging.getLogger("turbofeed")
@@ -191,11 +193,6 @@ def _call(kernel, source, box: Sequence[float], out: np.ndarray, flip: bool, cha
                offset=_floats(offset), factor=_floats(factor), max_pixels=limit, **extra)
 
 
-def _floats(values: Sequence[float] | np.ndarray | None) -> tuple[float, ...] | None:
-    """The numbers as floats; None as is (the extension says it needs 3 numbers)."""
-    return None if values is None else tuple(map(float, values))
-
-
 def scratch(height: int, width: int) -> np.ndarray:
     """A per-thread ``(height, width, 3)`` uint8 array, reused across calls (for outputs
     of a dtype the extension does not write, converted afterwards)."""
@@ -253,8 +250,11 @@ def jpeg_sizes(fd: int, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.frombuffer(out, np.int32).reshape(-1, 3)
 
 
-# A chunk of samples in one call without the GIL (chunk.c, windows.c, module_chunk.c):
-# the hot path's Python runs once per chunk around it (turbofeed.engine.chunks).
+# A chunk of samples in one call without the GIL (chunk.c, windows.c, module_chunk.c,
+# module_read.c): the hot path's Python runs once per chunk around it
+# (turbofeed.engine.chunks). The chunk's reads and decodes are in chunk_calls.py, and
+# called as native.<name> (tests and benches patch them here): read_chunk,
+# read_chunk_at, run_chunk, run_chunk_at and their status codes (imported above).
 
 #: :func:`scan_checks`' verdicts: not checked (the loader checks it when it first decodes
 #: it); its whole scan intact; damaged.
@@ -276,107 +276,6 @@ def scan_checks(fd: int, offsets: np.ndarray, sizes: np.ndarray, *, max_pixels: 
     out = _crop.scan_checks(fd, np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(sizes, np.int64),
                             max_pixels=max_pixels or 0)
     return np.frombuffer(out, np.uint8)
-
-
-#: :func:`read_chunk`'s statuses: read, a JPEG the crop decoder takes; read, for the
-#: general decoder; read, bad data (the per-sample path names it); the file changed; the
-#: read failed (errno); fewer bytes than indexed. From READ_CHANGED on: storage faults.
-READ_OK, READ_GENERAL, READ_BAD, READ_CHANGED, READ_ERRNO, READ_SHORT = 0, 1, 2, 3, 4, 5
-#: :func:`run_chunk`'s codes: decoded; for the per-sample path; no memory (then the
-#: storage faults READ_CHANGED, READ_ERRNO, READ_SHORT as :func:`read_chunk` says them).
-RUN_OK, RUN_GENERAL, RUN_NOMEM = 0, 1, 2
-RUN_UNOPENED = 6  #: :func:`run_chunk_at`: the sample's shard is not open (untouched: open it, run it again)
-
-
-def read_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray,
-               buffer: np.ndarray | bytearray, starts: np.ndarray, *, checks: np.ndarray | None = None,
-               max_pixels: int | None | DefaultLimit = None) -> np.ndarray:
-    """Read a chunk of samples into ``buffer`` and their JPEG headers, in one call that
-    releases the GIL: for sample ``i``, ``sizes[i]`` bytes at ``offsets[i]`` of descriptor
-    ``fds[i]`` (int32) go to ``buffer[starts[i]:]``; then one
-    ``fstat`` must show the shard's identity ``stamps[i]`` (size, mtime_ns, ctime_ns), so
-    the bytes are the indexed ones (:mod:`turbofeed.io.local.files`). With
-    ``max_pixels``, an image over the limit is bad data; with ``checks`` (uint8 or bool
-    per sample), those samples' whole scans are checked (:func:`check`'s verdict).
-
-    Returns:
-        int32 ``(n, 3)``: (status, height, width) per sample; status :data:`READ_OK`,
-        :data:`READ_GENERAL` (not a JPEG the crop decoder takes: CMYK, no readable
-        header), :data:`READ_BAD` (over the limit, or a damaged scan), :data:`READ_CHANGED`,
-        :data:`READ_ERRNO` (the errno in place of the height) or :data:`READ_SHORT`.
-    """
-    extra = {} if checks is None else {"checks": checks.view(np.uint8)}
-    out = _crop.read_chunk(fds, offsets, sizes, stamps, buffer, starts, max_pixels=resolve(max_pixels) or 0,
-                           **extra)
-    return np.frombuffer(out, np.int32).reshape(-1, 3)
-
-
-def run_chunk(fds: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray, gids: np.ndarray,
-              checks: np.ndarray, rows: np.ndarray, program: np.ndarray, epoch_key: int, out: np.ndarray, *,
-              channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
-              factor: Sequence[float] | np.ndarray | None = None, max_pixels: int | None | DefaultLimit = DEFAULT,
-              emulate_s: float = 0.0) -> tuple[np.ndarray, float]:
-    """The CPU path of a chunk of samples in one call that releases the GIL: sample ``i``
-    read and checked as :func:`read_chunk` reads it, its window chosen as :func:`windows`
-    chooses it (``program``, ``epoch_key``, its id ``gids[i]`` and its header's size),
-    and, where the window has ``out``'s size, decoded as :func:`crop_resize` decodes it
-    (its whole scan checked where ``checks[i]``) into row ``rows[i]`` of ``out``.
-
-    Args:
-        out: a batch: C-contiguous ``(N, 3, h, w)`` or ``(N, h, w, 3)``, uint8, or float32
-            with ``offset`` and ``factor``.
-        emulate_s: > 0 replaces each decode by a wait of that many seconds without the
-            GIL (bench/emulated_cores.py: each thread then acts as one more core).
-
-    Returns:
-        ``(codes, read_seconds)``: int32 ``(n, 2)``, each sample's code (:data:`RUN_OK`,
-        :data:`RUN_GENERAL`: the per-sample path decides and names the error, its row
-        left undefined; :data:`RUN_NOMEM`; or a storage fault, :data:`READ_CHANGED`,
-        :data:`READ_ERRNO`, :data:`READ_SHORT`) and the errno of a failed read; and the
-        seconds spent reading (the rest of the call decoded).
-    """
-    h, w = out.shape[2:] if channels_first else out.shape[1:3]
-    extra = {} if offset is None and factor is None else {"offset": _floats(offset), "factor": _floats(factor)}
-    codes, reading = _crop.run_chunk(fds, offsets, sizes, stamps, gids, checks.view(np.uint8), rows, program, epoch_key,
-                                     out, h, w, channels_first, max_pixels=resolve(max_pixels) or 0,
-                                     emulate_ns=int(emulate_s * 1e9), **extra)
-    return np.frombuffer(codes, np.int32).reshape(-1, 2), reading * 1e-9
-
-
-def run_chunk_at(order: np.ndarray, first: int, step: int, count: int, row0: int, table: tuple[np.ndarray, ...],
-                 program: np.ndarray, epoch_key: int, out: np.ndarray, labels_out: np.ndarray, ids_out: np.ndarray,
-                 *, channels_first: bool = True, offset: Sequence[float] | np.ndarray | None = None,
-                 factor: Sequence[float] | np.ndarray | None = None, max_pixels: int | None | DefaultLimit = DEFAULT,
-                 emulate_s: float = 0.0) -> tuple[np.ndarray | None, float, int]:
-    """:func:`run_chunk` with the chunk's bookkeeping native too, so Python runs a fixed
-    number of operations per chunk (:mod:`turbofeed.engine.chunks`): row ``i`` is sample
-    ``order[first + i * step]``, its read arrays gathered from ``table`` by its id, decoded
-    into row ``row0 + i`` of ``out``; where decoded, its label and id are written to
-    ``labels_out[row0 + i]`` and ``ids_out[row0 + i]`` and its checked flag set.
-
-    Args:
-        order: the pass's int64 order of sample ids (C-contiguous).
-        table: ``(readable, source, fds, offsets, sizes, stamps, checked, labels)``, by
-            sample id but ``fds`` (-1: not open) and ``stamps`` by source: uint8, int32,
-            int32, int64 ... (:meth:`turbofeed.io.local.ranges.SampleRanges.arrays`).
-        out, labels_out, ids_out: the batch's images (as :func:`run_chunk`), labels, ids.
-
-    Returns:
-        ``(codes, read_seconds, bytes_read)``: None for ``codes`` where every row was
-        decoded (the usual chunk: no array made, nothing to look at), else the codes of
-        :func:`run_chunk`, with :data:`RUN_GENERAL` for a sample not readable by range
-        and :data:`RUN_UNOPENED` for one whose shard is not open.
-
-    Raises:
-        ValueError: arrays of other types or lengths, positions or ids out of range.
-    """
-    h, w = out.shape[2:] if channels_first else out.shape[1:3]
-    extra = {} if offset is None and factor is None else {"offset": _floats(offset), "factor": _floats(factor)}
-    codes, reading, nbytes = _crop.run_chunk_at(order, first, step, count, row0, table, program, epoch_key, out, h, w,
-                                                labels_out, ids_out, channels_first,
-                                                max_pixels=resolve(max_pixels) or 0,
-                                                emulate_ns=int(emulate_s * 1e9), **extra)
-    return None if codes is None else np.frombuffer(codes, np.int32).reshape(-1, 2), reading * 1e-9, nbytes
 
 
 def windows(program: np.ndarray, epoch_key: int, gids: np.ndarray, heights: np.ndarray,

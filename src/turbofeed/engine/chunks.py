@@ -27,10 +27,11 @@ than descriptors kept open, an order computed lazily), step 1 runs in NumPy firs
 <turbofeed.io.local.ranges.SampleRanges.files>`) and steps 2-3 are
 :func:`~turbofeed.decode.native.run_chunk` and NumPy (:meth:`ChunkedCpuDecode.fill_rows`).
 
-The GPU path's feeding threads do steps 1-2 without the decode, step 1 in NumPy
-(:meth:`ChunkReader.read`: the bytes into one buffer for the consumer's batched decode,
-the scans checked, then the chunk's windows:
-:class:`~turbofeed.engine.decode_gpu.ChunkedGpuDecode`).
+The GPU path's feeding threads do steps 1-2 without the decode, likewise in one native
+call (:meth:`ChunkReader.read`, :func:`~turbofeed.decode.native.read_chunk_at`: the
+bytes into one buffer for the consumer's batched decode, the headers read, the scans
+checked and flagged; step 1 in NumPy where the CPU path's is), then the chunk's windows
+(:class:`~turbofeed.engine.gpu_chunks.ChunkedGpuDecode`).
 
 A position the chunk cannot finish (a sample known bad in this pass, one the dataset
 cannot read by byte range, a PNG or CMYK JPEG, damage, an image over the pixel limit)
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
 #: many (a batch still spreads over the threads; the stream keeps enough batches in
 #: flight for a chunk per thread).
 MIN_CHUNK, MAX_CHUNK = 32, 64
+#: :meth:`ChunkReader.read`'s first buffer: this many times a chunk of mean samples
+_HEADROOM = 1.25
 
 
 def chunk_size(batch_size: int, num_workers: int) -> int:
@@ -141,6 +144,18 @@ class ChunkReader:
         self.ranges = work.dataset.ranges()  # made here, in the consumer's thread, once
         self.checked = CHECKED.flags(work.dataset)
         self.buffers = ByteBuffers()  # what read() reads into
+        #: read()'s buffer size: the bytes of the largest chunk read so far, at first a
+        #: guess from the mean sample (then rarely does a chunk need a second call)
+        self.largest = 0
+        # What a chunk's one native call reads (run_chunk_at, read_chunk_at): the order (a
+        # rank's strided view copied once a pass) and the dataset's arrays by sample id,
+        # views kept current; None where descriptors may be let go or the order is lazy.
+        self.table: tuple[np.ndarray, ...] | None = None
+        self.order = np.empty(0, np.int64)
+        if self.ranges.keeps_open and isinstance(plan.order, np.ndarray):
+            self.order = np.ascontiguousarray(plan.order, np.int64)
+            self.table = (*self.ranges.arrays(), self.checked.view(np.uint8),
+                          np.ascontiguousarray(work.dataset.labels, np.int64))
 
     def select(self, job: Job, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """``(js, gids, left)`` of positions ``start .. stop - 1`` of ``job``: the positions
@@ -164,6 +179,71 @@ class ChunkReader:
         consumer, and gives the buffer back once the decoder took them), check the scans
         never checked intact (then marked) and the pixel limit
         (:data:`~turbofeed.decode.native.READ_BAD`).
+
+        The usual chunk is one native call that also does its bookkeeping
+        (:func:`~turbofeed.decode.native.read_chunk_at`: a fixed number of Python
+        operations, whatever the chunk's size), into a buffer the size of the largest
+        chunk so far (a larger chunk: a buffer of its size, and the call again); its
+        rows not readable by range are :data:`~turbofeed.decode.native.READ_GENERAL`
+        (for the per-sample path) and those whose shard was not open are read at their
+        places by :meth:`read_unopened`. With samples known bad in this pass, or where
+        descriptors may be let go or the order is computed lazily, the chunk's ids and
+        reads are selected here first (:meth:`read_selected`).
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+        """
+        if self.table is None or self.policy.any_bad():
+            return self.read_selected(job, start, stop)
+        started = time.perf_counter()
+        at = job.positions[start:stop]
+        if not self.largest:
+            self.largest = int(_HEADROOM * len(at) * self.ranges.sizes.mean()) if len(self.ranges.sizes) else 0
+        buffer = self.buffers.take(self.largest)
+        head, place, total = native.read_chunk_at(self.order, at.start, at.step, len(at), self.table, buffer,
+                                                  max_pixels=self.work.max_pixels)
+        if head is None:  # larger than any chunk before: a buffer of its size (the layout is the same)
+            self.buffers.give([buffer])
+            self.largest = max(self.largest, total)
+            buffer = self.buffers.take(total)
+            head, place, total = native.read_chunk_at(self.order, at.start, at.step, len(at), self.table, buffer,
+                                                      max_pixels=self.work.max_pixels)
+            assert head is not None
+        buffer = buffer[:total]
+        if (head[:, 0] >= native.READ_CHANGED).any():  # a storage fault, or a shard not open yet
+            head = self.read_unopened(head, place, buffer)
+        self.work.stats.add_fetch(time.perf_counter() - started, total)
+        return Chunk(np.arange(start, stop), place[:, 0], buffer, place[:, 1], place[:, 2], head[:, 0], head[:, 1],
+                     head[:, 2], [])
+
+    def read_unopened(self, head: np.ndarray, place: np.ndarray, buffer: np.ndarray) -> np.ndarray:
+        """After :meth:`read`'s native call: its rows whose shard was not open read at their
+        places of ``buffer`` (:meth:`SampleRanges.files
+        <turbofeed.io.local.ranges.SampleRanges.files>` opens it), as
+        :meth:`read_selected` reads them; the chunk's heads.
+
+        Raises:
+            StorageError: the chunk's first row whose shard vanished, changed or failed to read.
+        """
+        head = head.copy()
+        status = head[:, 0]
+        rows = np.flatnonzero(status == native.RUN_UNOPENED)
+        if len(rows):
+            gids = place[rows, 0]
+            files = self.ranges.files(gids)
+            checks = ~self.checked[gids]
+            head[rows] = native.read_chunk(files.fds, files.offsets, files.sizes, files.stamps, buffer,
+                                           place[rows, 1], checks=checks, max_pixels=self.work.max_pixels)
+            del files.held[:]  # reads done: the descriptors may be let go
+            self.checked[gids[checks & (status[rows] == native.READ_OK)]] = True
+        if (status >= native.READ_CHANGED).any():
+            raise self.storage_error(status, head[:, 1], place[:, 0])
+        return head
+
+    def read_selected(self, job: Job, start: int, stop: int) -> Chunk:
+        """:meth:`read` with the chunk's ids and reads selected in NumPy (:meth:`select`,
+        :meth:`SampleRanges.files <turbofeed.io.local.ranges.SampleRanges.files>`), then
+        one native call (:func:`~turbofeed.decode.native.read_chunk`).
 
         Raises:
             StorageError: a shard vanished, changed or failed to read.
@@ -229,16 +309,9 @@ class ChunkedCpuDecode(FusedCpuDecode):
         self.options = ChunkOptions(channels_first=channels_first, max_pixels=work.max_pixels,
                                     offset=None if spec is None else spec.offset,
                                     factor=None if spec is None else spec.factor)
-        # What the one native call per chunk reads (fill_chunk): the order (a rank's
-        # strided view copied once a pass) and the dataset's arrays by sample id, views
-        # kept current; None where descriptors may be let go or the order is lazy.
-        self.table: tuple[np.ndarray, ...] | None = None
-        self.order = np.empty(0, np.int64)
-        ranges = self.reader.ranges
-        if ranges.keeps_open and isinstance(plan.order, np.ndarray):
-            self.order = np.ascontiguousarray(plan.order, np.int64)
-            self.table = (*ranges.arrays(), self.reader.checked.view(np.uint8),
-                          np.ascontiguousarray(self.labels, np.int64))
+        # What the one native call per chunk reads (fill_chunk): the reader's (None
+        # where descriptors may be let go or the order is lazy)
+        self.table, self.order = self.reader.table, self.reader.order
 
     def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
         """Fill positions ``start .. stop - 1`` of ``job``; returns the positions left

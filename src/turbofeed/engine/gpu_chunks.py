@@ -2,7 +2,8 @@
 number of Python operations per chunk or batch, not per image.
 
 A feeding thread's task is a chunk of positions (:class:`ChunkedGpuDecode.fill_chunk`):
-one native call reads the chunk's bytes into one reused host buffer
+one native call takes the chunk's sample ids from the plan's order and reads their bytes
+into one reused host buffer
 (:class:`~turbofeed.engine.byte_buffers.ByteBuffers`: given back once the decoder took
 the bytes, handed out again once the device work queued after that call is done), checks each shard's identity, reads
 the headers, refuses images over the pixel limit and checks the scans never checked
@@ -151,22 +152,26 @@ class ChunkedGpuDecode(GpuDecode):
         """
         chunk = self.reader.read(job, start, stop)
         ok = chunk.ok()
-        left = sorted(chunk.left + chunk.js[~ok].tolist())
-        rows = np.flatnonzero(ok)
-        if not len(rows):
-            self.reader.buffers.give([chunk.buffer])  # no byte of it is decoded
-            return left
-        gids, heights, widths = chunk.gids[rows], chunk.heights[rows], chunk.widths[rows]
+        encoded = list(torch.from_numpy(chunk.buffer).split(chunk.sizes.tolist()))  # one view per row
+        if ok.all():  # the usual chunk: every row packed as it is
+            left, js, gids, heights, widths, starts = chunk.left, chunk.js, chunk.gids, chunk.heights, \
+                chunk.widths, chunk.starts
+        else:
+            left = sorted(chunk.left + chunk.js[~ok].tolist())
+            rows = np.flatnonzero(ok)
+            if not len(rows):
+                self.reader.buffers.give([chunk.buffer])  # no byte of it is decoded
+                return left
+            js, gids, heights, widths, starts = chunk.js[rows], chunk.gids[rows], chunk.heights[rows], \
+                chunk.widths[rows], chunk.starts[rows]
+            encoded = [encoded[i] for i in rows.tolist()]
         windows = self.work.windows(gids, heights, widths)
-        table = np.empty((len(rows), 7), np.float64)
+        table = np.empty((len(js), 7), np.float64)
         table[:, :4] = windows.boxes
         table[:, 4], table[:, 5], table[:, 6] = windows.height, windows.width, windows.flips
-        encoded = list(torch.from_numpy(chunk.buffer).split(chunk.sizes.tolist()))  # one view per row
-        if len(rows) < len(encoded):
-            encoded = [encoded[i] for i in rows.tolist()]
-        js = chunk.js[rows]
-        job.slot.packs.append(Pack(js, encoded, table, np.stack([heights, widths], 1).astype(np.int64),
-                                   self.work.dataset.labels[gids], chunk.buffer, chunk.starts[rows]))
+        sizes = np.empty((len(js), 2), np.int64)  # not np.stack: a third of its cost here
+        sizes[:, 0], sizes[:, 1] = heights, widths
+        job.slot.packs.append(Pack(js, encoded, table, sizes, self.work.dataset.labels[gids], chunk.buffer, starts))
         job.ids[js] = gids
         return left
 

@@ -1,5 +1,6 @@
-/* A chunk of samples without the GIL: reads and headers, then crop-window decodes into
- * slot rows; and the dataset index's scan checks of a shard's JPEGs (chunk.h). */
+/* A chunk of samples without the GIL: reads and headers (from the chunk's plan too),
+ * then crop-window decodes into slot rows; and the dataset index's scan checks of a
+ * shard's JPEGs (chunk.h). */
 #include "chunk.h"
 
 #include "windows.h"
@@ -61,6 +62,41 @@ void tf_chunk_read(JpegWindow *j, size_t n, const int32_t *fds, const int64_t *o
         h[1] = h[2] = 0;
         h[0] = read_one(j, fds[i], offsets[i], sizes[i], stamps + 3 * i, buf + starts[i], checks && checks[i],
                         max_pixels, h + 1);
+    }
+}
+
+int64_t tf_chunk_layout(size_t n, const ChunkPlan *p, int64_t *place) {
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t gid = p->order[p->first + (int64_t)i * p->step];
+        const int64_t size = p->readable[gid] ? p->sizes[gid] : 0;
+        place[3 * i] = gid;
+        place[3 * i + 1] = total;
+        place[3 * i + 2] = size;
+        total += size;
+    }
+    return total;
+}
+
+void tf_chunk_read_at(JpegWindow *j, size_t n, const ChunkPlan *p, const int64_t *place, unsigned char *buf,
+                      long long max_pixels, int32_t *head) {
+    for (size_t i = 0; i < n; i++) {
+        const int64_t gid = place[3 * i];
+        int32_t *h = head + 3 * i;
+        h[1] = h[2] = 0;
+        if (!p->readable[gid]) {
+            h[0] = TF_READ_GENERAL;
+            continue;
+        }
+        const int32_t src = p->source[gid];
+        const int32_t fd = p->fds[src]; /* read once: another thread may open the shard meanwhile */
+        if (fd < 0) {
+            h[0] = TF_RUN_UNOPENED;
+            continue;
+        }
+        h[0] = read_one(j, fd, p->offsets[gid], place[3 * i + 2], p->stamps + 3 * (int64_t)src, buf + place[3 * i + 1],
+                        !p->checked[gid], max_pixels, h + 1);
+        if (h[0] == TF_READ_OK) p->checked[gid] = 1; /* only ever set, by any thread: the same value */
     }
 }
 

@@ -1,5 +1,5 @@
 /* A chunk of samples in one call without the GIL (chunk.c): every sample's bytes read
- * from its shard (into one buffer, tf_chunk_read: the GPU path), or read, its window
+ * from its shard (into one buffer, tf_chunk_read and tf_chunk_read_at: the GPU path), or read, its window
  * chosen and decoded into its row of a batch slot (tf_chunk_run: the CPU path). Python
  * runs once per chunk around them (turbofeed/engine/chunks.py), never per sample. */
 #ifndef TF_CHUNK_H
@@ -72,7 +72,8 @@ typedef struct {
     const int32_t *source;
     const int32_t *fds; /* -1: not open yet (TF_RUN_UNOPENED) */
     const int64_t *offsets, *sizes, *stamps;
-    uint8_t *checked; /* set to 1 once decoded with its whole scan checked, or checked before */
+    uint8_t *checked; /* set to 1 once decoded (or read: tf_chunk_read_at) with its whole scan
+                         checked, or checked before */
     const int64_t *labels;
     int64_t *labels_out, *ids_out; /* the batch's, by row: written for the rows decoded */
 } ChunkPlan;
@@ -85,6 +86,24 @@ typedef struct {
 long long tf_chunk_run_at(JpegWindow *j, size_t n, const ChunkPlan *p, const double *prog, uint64_t epoch_key,
                           unsigned char *out, size_t row_bytes, const Target *base, long long max_pixels,
                           long long emulate_ns, int32_t *status, int64_t *nbytes);
+
+/* The GPU path's read of a chunk from its plan (tf_chunk_read_at), in two steps: first
+ * where each of p's n rows goes in one buffer, place[3i..3i+2] = (sample id, start,
+ * size): the rows readable by range one after another in row order, their shard open or
+ * not (a row whose shard is not open keeps its place, for the caller to read it there
+ * once it opened the shard), the others size 0. Returns the total: the buffer's size.
+ * Reads nothing (cheap: the caller runs it holding the GIL, to size the buffer). */
+int64_t tf_chunk_layout(size_t n, const ChunkPlan *p, int64_t *place);
+
+/* Then tf_chunk_read of p's n rows into buf at place's starts: rows not readable
+ * TF_READ_GENERAL (for the per-sample path), rows whose shard is not open (fds -1)
+ * TF_RUN_UNOPENED (nothing read), the others as tf_chunk_read says of them, each one's
+ * whole scan checked where its checked flag is 0, and its flag set where it is
+ * TF_READ_OK (checked intact now, or before). head[3i..3i+2]: (status, height, width).
+ * Only order, first, step, readable, source, fds, offsets, sizes, stamps and checked of
+ * p are read. */
+void tf_chunk_read_at(JpegWindow *j, size_t n, const ChunkPlan *p, const int64_t *place, unsigned char *buf,
+                      long long max_pixels, int32_t *head);
 
 /* The dataset index's scan checks (turbofeed/io/dsindex/parts.py), what tf_scan_checks
  * says of an image: not checked (not a JPEG, over max_pixels, the file ends before its

@@ -313,6 +313,8 @@ static PyMethodDef methods[] = {
     {"jpeg_sizes", tf_py_jpeg_sizes, METH_VARARGS, tf_jpeg_sizes_doc},
     {"read_chunk", (PyCFunction)(void (*)(void))tf_py_read_chunk, METH_VARARGS | METH_KEYWORDS,
      tf_read_chunk_doc},
+    {"read_chunk_at", (PyCFunction)(void (*)(void))tf_py_read_chunk_at, METH_VARARGS | METH_KEYWORDS,
+     tf_read_chunk_at_doc},
     {"resize", (PyCFunction)(void (*)(void))py_resize, METH_VARARGS | METH_KEYWORDS, resize_doc},
     {"run_chunk", (PyCFunction)(void (*)(void))tf_py_run_chunk, METH_VARARGS | METH_KEYWORDS, tf_run_chunk_doc},
     {"run_chunk_at", (PyCFunction)(void (*)(void))tf_py_run_chunk_at, METH_VARARGS | METH_KEYWORDS,

@@ -26,4 +26,10 @@ const char *tf_skip_order(const char *fmt);
  * float64, "B": uint8; count < 0: any count); -1 with a ValueError naming it, nothing held. */
 int tf_typed_buffer(PyObject *obj, const char *name, char code, Py_ssize_t count, Py_buffer *view);
 
+/* tf_typed_buffer for each of k objects (names[i], codes[i], counts[i]) into views; -1
+ * with everything released. tf_release_all releases the first k views. */
+int tf_typed_all(PyObject **objs, const char **names, const char *codes, const Py_ssize_t *counts, int k,
+                 Py_buffer *views);
+void tf_release_all(Py_buffer *views, int k);
+
 #endif

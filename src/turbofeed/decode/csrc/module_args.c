@@ -1,5 +1,6 @@
 /* Argument checks shared by the binding files (module.c, module_index.c,
- * module_chunk.c): buffer formats, output targets, typed arrays. Limited API only. */
+ * module_chunk.c, module_read.c): buffer formats, output targets, typed arrays. Limited
+ * API only. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -86,3 +87,18 @@ int tf_typed_buffer(PyObject *obj, const char *name, char code, Py_ssize_t count
     return 0;
 }
 
+
+void tf_release_all(Py_buffer *views, int k) {
+    for (int i = 0; i < k; i++) PyBuffer_Release(&views[i]);
+}
+
+int tf_typed_all(PyObject **objs, const char **names, const char *codes, const Py_ssize_t *counts, int k,
+                 Py_buffer *views) {
+    for (int i = 0; i < k; i++) {
+        if (tf_typed_buffer(objs[i], names[i], codes[i], counts[i], &views[i]) < 0) {
+            tf_release_all(views, i);
+            return -1;
+        }
+    }
+    return 0;
+}

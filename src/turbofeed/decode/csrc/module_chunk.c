@@ -1,6 +1,7 @@
-/* The bindings of the per-chunk calls (chunk.c) in turbofeed.decode._crop: argument
- * checks, the GIL released once around a whole chunk, statuses as bytes (numpy.frombuffer
- * makes arrays of them). Limited API only (module.c). */
+/* The bindings of the per-chunk calls of the CPU path (chunk.c, windows.c) in
+ * turbofeed.decode._crop: argument checks, the GIL released once around a whole chunk,
+ * statuses as bytes (numpy.frombuffer makes arrays of them). Limited API only (module.c).
+ * The GPU path's reads are bound in module_read.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -10,85 +11,6 @@
 #include "module.h"
 #include "module_chunk.h"
 #include "windows.h"
-
-static void release_all(Py_buffer *views, int k) {
-    for (int i = 0; i < k; i++) PyBuffer_Release(&views[i]);
-}
-
-/* Each object as a typed buffer of its count; -1 with everything released. */
-static int typed_all(PyObject **objs, const char **names, const char *codes, const Py_ssize_t *counts, int k,
-                     Py_buffer *views) {
-    for (int i = 0; i < k; i++) {
-        if (tf_typed_buffer(objs[i], names[i], codes[i], counts[i], &views[i]) < 0) {
-            release_all(views, i);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-const char tf_read_chunk_doc[] =
-    "read_chunk(fds, offsets, sizes, stamps, buffer, starts, checks=None, max_pixels=0) -> bytes\n"
-    "--\n\n"
-    "For each sample i: pread sizes[i] bytes at offsets[i] of descriptor fds[i] (int32)\n"
-    "into buffer[starts[i]:], fstat it and compare (size,\n"
-    "mtime_ns, ctime_ns) with stamps[i] (int64, n x 3), then read the JPEG header, refuse\n"
-    "more than max_pixels pixels (0: no limit) and, where checks[i] (uint8), check the whole\n"
-    "scan. Returns int32 (status, height, width) triples as bytes: status 0 ok, 1 for the\n"
-    "general decoder, 2 bad data, 3 the file changed, 4 the read failed (the errno in place\n"
-    "of the height), 5 short read. Releases the GIL for the whole chunk.";
-
-PyObject *tf_py_read_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts", "checks", "max_pixels", NULL};
-    PyObject *objs[7];
-    Py_buffer v[7];
-    long long max_pixels = 0;
-    objs[6] = Py_None;
-    (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO|OL:read_chunk", kwlist, &objs[0], &objs[1], &objs[2],
-                                     &objs[3], &objs[4], &objs[5], &objs[6], &max_pixels))
-        return NULL;
-    Py_buffer first;
-    if (tf_typed_buffer(objs[0], "fds", 'i', -1, &first) < 0) return NULL;
-    const Py_ssize_t n = first.len / 4;
-    PyBuffer_Release(&first);
-    static const char *names[] = {"fds", "offsets", "sizes", "stamps", "buffer", "starts", "checks"};
-    const Py_ssize_t counts[] = {n, n, n, 3 * n, -1, n, n};
-    const int k = objs[6] == Py_None ? 6 : 7;
-    if (typed_all(objs, names, "iqqqBqB", counts, k, v) < 0) return NULL;
-    const int64_t *sizes = v[2].buf, *starts = v[5].buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (sizes[i] < 0 || starts[i] < 0 || starts[i] + sizes[i] > v[4].len) {
-            release_all(v, k);
-            PyErr_Format(PyExc_ValueError, "sample %zd does not fit in the buffer", i);
-            return NULL;
-        }
-    }
-    PyObject *head = PyBytes_FromStringAndSize(NULL, n * 3 * 4);
-    if (!head) {
-        release_all(v, k);
-        return NULL;
-    }
-    int32_t *h = (int32_t *)PyBytes_AsString(head);
-    int nomem = 0;
-    Py_BEGIN_ALLOW_THREADS
-    JpegWindow *j = tf_thread_state();
-    if (!j) {
-        nomem = 1;
-    } else {
-        tf_chunk_read(j, (size_t)n, v[0].buf, v[1].buf, sizes, v[3].buf, v[4].buf, starts,
-                      k == 7 ? (const uint8_t *)v[6].buf : NULL, max_pixels, h);
-        tf_scratch_trim(tf_jpeg_scratch(j));
-        tf_thread_state_put(j);
-    }
-    Py_END_ALLOW_THREADS
-    release_all(v, k);
-    if (nomem) {
-        Py_DECREF(head);
-        return PyErr_NoMemory();
-    }
-    return head;
-}
 
 const char tf_windows_doc[] =
     "windows(program, epoch_key, gids, heights, widths, boxes, sizes, flips) -> None\n"
@@ -113,22 +35,22 @@ PyObject *tf_py_windows(PyObject *self, PyObject *args) {
     PyBuffer_Release(&first);
     static const char *names[] = {"program", "gids", "heights", "widths", "boxes", "sizes", "flips"};
     const Py_ssize_t counts[] = {-1, n, n, n, 4 * n, 2 * n, n};
-    if (typed_all(objs, names, "dqiidqB", counts, 7, v) < 0) return NULL;
+    if (tf_typed_all(objs, names, "dqiidqB", counts, 7, v) < 0) return NULL;
     if (v[4].readonly || v[5].readonly || v[6].readonly) {
-        release_all(v, 7);
+        tf_release_all(v, 7);
         PyErr_SetString(PyExc_ValueError, "boxes, sizes and flips must be writable");
         return NULL;
     }
     const double *prog = v[0].buf;
     if (tf_program_check(prog, (size_t)(v[0].len / 8)) < 0) {
-        release_all(v, 7);
+        tf_release_all(v, 7);
         PyErr_SetString(PyExc_ValueError, "malformed window program (turbofeed.transforms.program)");
         return NULL;
     }
     const int32_t *heights = v[2].buf, *widths = v[3].buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (heights[i] < 1 || widths[i] < 1) {
-            release_all(v, 7);
+            tf_release_all(v, 7);
             PyErr_Format(PyExc_ValueError, "image %zd is %d x %d: sizes must be >= 1", i, heights[i], widths[i]);
             return NULL;
         }
@@ -136,7 +58,7 @@ PyObject *tf_py_windows(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     tf_windows(prog, (uint64_t)key, (size_t)n, v[1].buf, heights, widths, v[4].buf, v[5].buf, v[6].buf);
     Py_END_ALLOW_THREADS
-    release_all(v, 7);
+    tf_release_all(v, 7);
     Py_RETURN_NONE;
 }
 
@@ -175,15 +97,15 @@ PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyBuffer_Release(&first);
     static const char *names[] = {"fds", "offsets", "sizes", "stamps", "gids", "checks", "rows", "program"};
     const Py_ssize_t counts[] = {n, n, n, 3 * n, n, n, n, -1};
-    if (typed_all(objs, names, "iqqqqBqd", counts, 8, v) < 0) return NULL;
+    if (tf_typed_all(objs, names, "iqqqqBqd", counts, 8, v) < 0) return NULL;
     if (tf_program_check(v[7].buf, (size_t)(v[7].len / 8)) < 0) {
-        release_all(v, 8);
+        tf_release_all(v, 8);
         PyErr_SetString(PyExc_ValueError, "malformed window program (turbofeed.transforms.program)");
         return NULL;
     }
     Py_buffer probe;
     if (PyObject_GetBuffer(out_obj, &probe, PyBUF_SIMPLE) < 0) {
-        release_all(v, 8);
+        tf_release_all(v, 8);
         return NULL;
     }
     const int normalise = offset_obj != Py_None || factor_obj != Py_None;
@@ -191,13 +113,13 @@ PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
     const Py_ssize_t nrows = probe.len / row_bytes;
     PyBuffer_Release(&probe);
     if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
-        release_all(v, 8);
+        tf_release_all(v, 8);
         return NULL;
     }
     const int64_t *sizes = v[2].buf, *rows = v[6].buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (sizes[i] < 0 || rows[i] < 0 || rows[i] >= nrows) {
-            release_all(v, 8);
+            tf_release_all(v, 8);
             PyBuffer_Release(&out);
             PyErr_Format(PyExc_ValueError, "sample %zd: a negative size, or a row outside out", i);
             return NULL;
@@ -205,7 +127,7 @@ PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     PyObject *codes = PyBytes_FromStringAndSize(NULL, n * 8);
     if (!codes) {
-        release_all(v, 8);
+        tf_release_all(v, 8);
         PyBuffer_Release(&out);
         return NULL;
     }
@@ -221,7 +143,7 @@ PyObject *tf_py_run_chunk(PyObject *self, PyObject *args, PyObject *kwargs) {
         tf_thread_state_put(j);
     }
     Py_END_ALLOW_THREADS
-    release_all(v, 8);
+    tf_release_all(v, 8);
     PyBuffer_Release(&out);
     if (reading < 0) {
         Py_DECREF(codes);
@@ -271,42 +193,31 @@ PyObject *tf_py_run_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs) {
     static const char *names[] = {"order", "readable", "source", "fds", "offsets", "sizes", "stamps", "checked",
                                   "labels", "program", "labels_out", "ids_out"};
     const Py_ssize_t any[K] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    if (typed_all(objs, names, "qBiiqqqBqdqq", any, K, v) < 0) return NULL;
+    if (tf_typed_all(objs, names, "qBiiqqqBqdqq", any, K, v) < 0) return NULL;
     const Py_ssize_t num_ids = v[READABLE].len, num_sources = v[FDS].len / 4, nrows = v[LABELS_OUT].len / 8;
-    const char *wrong = NULL;
-    if (v[SOURCE].len / 4 != num_ids || v[OFFSETS].len / 8 != num_ids || v[SIZES].len / 8 != num_ids ||
-        v[CHECKED].len != num_ids || v[LABELS].len / 8 != num_ids || v[STAMPS].len / 8 != 3 * num_sources)
-        wrong = "the table's arrays disagree in length";
-    else if (v[CHECKED].readonly || v[LABELS_OUT].readonly || v[IDS_OUT].readonly)
-        wrong = "checked, labels_out and ids_out must be writable";
-    else if (count < 0 || row0 < 0 || row0 + count > nrows || row0 + count > v[IDS_OUT].len / 8)
+    const char *wrong = tf_plan_wrong(v, first, step, count, NULL);
+    if (!wrong && (v[LABELS_OUT].readonly || v[IDS_OUT].readonly))
+        wrong = "labels_out and ids_out must be writable";
+    else if (!wrong && (row0 < 0 || row0 + count > nrows || row0 + count > v[IDS_OUT].len / 8))
         wrong = "the chunk's rows are outside labels_out or ids_out";
-    else if (count > 0 && (first < 0 || first >= v[ORDER].len / 8 || first + (count - 1) * step < 0 ||
-                           first + (count - 1) * step >= v[ORDER].len / 8))
-        wrong = "the chunk's positions are outside the order";
-    else if (tf_program_check(v[PROGRAM].buf, (size_t)(v[PROGRAM].len / 8)) < 0)
+    else if (!wrong && tf_program_check(v[PROGRAM].buf, (size_t)(v[PROGRAM].len / 8)) < 0)
         wrong = "malformed window program (turbofeed.transforms.program)";
     const int64_t *order = v[ORDER].buf, *sizes = v[SIZES].buf;
     const int32_t *source = v[SOURCE].buf;
-    for (long long i = 0; !wrong && i < count; i++) {
-        const int64_t gid = order[first + i * step];
-        if (gid < 0 || gid >= num_ids || source[gid] < 0 || source[gid] >= num_sources || sizes[gid] < 0)
-            wrong = "a sample id of the order, or its source or size, is out of range";
-    }
     if (wrong) {
-        release_all(v, K);
+        tf_release_all(v, K);
         PyErr_SetString(PyExc_ValueError, wrong);
         return NULL;
     }
     if (tf_get_target(out_obj, nrows, out_h, out_w, chw, offset_obj, factor_obj, offset, factor, &out, &t) < 0) {
-        release_all(v, K);
+        tf_release_all(v, K);
         return NULL;
     }
     const int normalise = offset_obj != Py_None || factor_obj != Py_None;
     const size_t row_bytes = (size_t)3 * out_h * out_w * (normalise ? 4 : 1);
     PyObject *codes = PyBytes_FromStringAndSize(NULL, count * 8);
     if (!codes) {
-        release_all(v, K);
+        tf_release_all(v, K);
         PyBuffer_Release(&out);
         return NULL;
     }
@@ -325,7 +236,7 @@ PyObject *tf_py_run_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs) {
         tf_thread_state_put(j);
     }
     Py_END_ALLOW_THREADS
-    release_all(v, K);
+    tf_release_all(v, K);
     PyBuffer_Release(&out);
     if (reading < 0) {
         Py_DECREF(codes);
