@@ -17,7 +17,7 @@ from builders import encode, photo, write_tar
 from image_cases import cut_scan, ones_in_scan
 from turbofeed import transforms as T
 from turbofeed.decode import native
-from turbofeed.engine import chunks, choose
+from turbofeed.engine import chunk_reads, chunks, choose
 from turbofeed.engine.chunks import ChunkedCpuDecode, chunk_size
 from turbofeed.errors import SampleError, StorageError
 from turbofeed.testing import CpuStandInDecoder
@@ -529,8 +529,8 @@ def test_gpu_feed_reads_each_chunk_in_one_native_call(shards, monkeypatch):
 
     monkeypatch.setattr(native, "read_chunk_at", counting)
     monkeypatch.setattr(native, "read_chunk", opening)
-    headroom = chunks._HEADROOM
-    monkeypatch.setattr(chunks, "_HEADROOM", 0.5)  # a first guess too small: a second call
+    headroom = chunk_reads.HEADROOM
+    monkeypatch.setattr(chunk_reads, "HEADROOM", 0.5)  # a first guess too small: a second call
     decoder = TensorDecoder()
     loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=2, transform=T.imagenet_train(32),
                                   gpu_decode=decoder)
@@ -539,7 +539,7 @@ def test_gpu_feed_reads_each_chunk_in_one_native_call(shards, monkeypatch):
     assert 1 <= calls["opening"] <= 6  # the chunks that found a shard not open yet
     sent = [d for call in decoder.tensor_calls for d in call]
     assert len(sent) == 120 and set(sent) == members(shards)
-    monkeypatch.setattr(chunks, "_HEADROOM", headroom)
+    monkeypatch.setattr(chunk_reads, "HEADROOM", headroom)
     calls.update(at=0, rows=0, short=0, opening=0)
     assert sum(len(labels) for _, labels in loader) == 120  # every shard open, the buffers large enough
     assert calls == {"at": 6, "rows": 120, "short": 0, "opening": 0}

@@ -71,7 +71,7 @@ def read_chunk_at(order: np.ndarray, first: int, step: int, count: int, table: t
     open. The call works it out first, holding the GIL (a few operations a row); where
     ``buffer`` is shorter it reads nothing and returns None for ``head``, and the caller
     takes a buffer of ``total`` bytes and calls again (:meth:`ChunkReader.read
-    <turbofeed.engine.chunks.ChunkReader.read>` takes one the size of the largest chunk
+    <turbofeed.engine.chunk_reads.ChunkReader.read>` takes one the size of the largest chunk
     so far, so that happens when a chunk is larger than any before). One call in the
     usual case, no second native call to size the buffer, and a row whose shard another
     thread opens meanwhile still has its place.

@@ -1,7 +1,7 @@
 """Host buffers for the bytes of chunks, reused from one chunk to the next.
 
 A chunk on the GPU feeding path reads its samples' bytes into one host buffer
-(:meth:`~turbofeed.engine.chunks.ChunkReader.read`) that lives until the decoder has
+(:meth:`~turbofeed.engine.chunk_reads.ChunkReader.read`) that lives until the decoder has
 taken them. A new buffer for every chunk costs twice: the kernel maps and zeroes each
 fresh page as the read first touches it, and freeing the buffer (``munmap``) waits on
 the process's memory-map lock while the other feeding threads fault pages into theirs.

@@ -7,7 +7,7 @@ into one reused host buffer
 (:class:`~turbofeed.engine.byte_buffers.ByteBuffers`: given back once the decoder took
 the bytes, handed out again once the device work queued after that call is done), checks each shard's identity, reads
 the headers, refuses images over the pixel limit and checks the scans never checked
-intact (:class:`~turbofeed.engine.chunks.ChunkReader`); the windows come from the
+intact (:class:`~turbofeed.engine.chunk_reads.ChunkReader`); the windows come from the
 transform's native program (:meth:`SampleWork.windows`). What the consumer needs of
 the chunk is one :class:`Pack`: the byte tensors the decoder takes (views of the
 buffer, made in one ``split``) and the rows' positions, windows, sizes and labels as
@@ -41,7 +41,7 @@ import torch
 from ..plan import EpochPlan
 from ..transforms import Compose
 from ..transforms.batched import to_device
-from .chunks import ChunkReader
+from .chunk_reads import ChunkReader
 from .decode_gpu import BatchDecoder, Encoded, GpuDecode
 from .gpu import cpu_decode, fall_back, join_images, resize_joined, stream_mark
 from .policy import PassPolicy
