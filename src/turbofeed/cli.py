@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("data", nargs="+", help="tar shards: folder, pattern, list, s3:// gs:// az:// prefix or https:// pattern")
     index.add_argument("--out", metavar="PATH", help="write it here, a file or s3:// gs:// az:// URL (default: "
                        "DATA/turbofeed.index for a writable folder or an s3:// gs:// az:// prefix, else the index cache; "
-                       "elsewhere, pass index=PATH to DataLoader, Pipeline or Dataset)")
+                       "elsewhere, pass turbofeed.Dataset(..., index=PATH) to the loader)")
     index.add_argument("--threads", type=positive, metavar="N", default=None,
                        help="shards indexed at once (default: local shards, the cores this process may use, "
                             "8 to 64; remote shards, 8)")

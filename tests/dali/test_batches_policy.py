@@ -61,3 +61,35 @@ def test_each_policy_as_the_dataloader_applies_it(tmp_path, on_error):
             {k: counts[k] for k in ("errors", "skipped", "replaced")}  # as the DataLoader counts them
     finally:
         batches.close()
+
+
+def test_each_batch_is_a_pure_function_of_epoch_and_iteration(shards, monkeypatch):
+    """The batches come from the DataLoader's engine (one pass while DALI asks in order, a
+    new one started at the batch asked where it jumps: a restored checkpoint), and are
+    the same whichever order they are asked in."""
+    from turbofeed.dali import batches as module
+    from turbofeed.engine import build
+
+    started = []
+    real = build.build_pass
+
+    def counting(options, plan, policy, **kw):
+        started.append(kw.get("start", 0))
+        return real(options, plan, policy, **kw)
+
+    monkeypatch.setattr(module, "build_pass", counting)
+    source = OpenedData.open(shards, on_error="replace", cache_dir=None, format=None, format_options=None,
+                             storage=None, classes=None)
+    batches = DatasetBatches(source, batch_size=16, shuffle=True, seed=4, shard_id=0, num_shards=1,
+                             return_keys=True, threads=2)
+    try:
+        def keys(e: int, i: int) -> list[str]:
+            return [bytes(k).decode() for k in batches(SimpleNamespace(epoch_idx=e, iteration=i))[-1]]
+
+        in_order = [keys(1, i) for i in range(len(batches))]
+        assert started == [0]  # one pass for the whole epoch
+        assert keys(1, 5) == in_order[5] and keys(1, 2) == in_order[2] and keys(1, 3) == in_order[3]
+        assert started == [0, 5, 2]  # a jump starts a pass there; the next batch in order does not
+        assert sorted(k for b in in_order for k in b) == sorted(k for b in epoch(batches, 2) for k in b)
+    finally:
+        batches.close()

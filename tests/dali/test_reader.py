@@ -218,7 +218,8 @@ def test_an_image_folder_and_a_dataset_object(image_folder):
 
 
 def test_read_threads_stop_when_dali_drops_the_pipeline(shards):
-    """An idle pool thread keeps its last task: the task must not keep the reader alive."""
+    """The reader's pass threads (the engine's, named after its fetch stage) hold what
+    they read with, not the reader: dropping the pipeline stops them."""
     import gc
     import threading
     import time
@@ -226,7 +227,7 @@ def test_read_threads_stop_when_dali_drops_the_pipeline(shards):
     before = set(threading.enumerate())
     pipe = build(shards, threads=2)
     pipe.run()
-    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("turbofeed-dali-fetch-")]
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("turbofeed-fetch-")]
     assert len(started) == 2
     del pipe
     deadline = time.monotonic() + 10

@@ -1,17 +1,21 @@
-"""One builder of a pass (issue 38, item 3): the front-ends assemble their engines
-through :func:`turbofeed.engine.build.build_pass`, and what each does around it stays
-simple enough to read (branch complexity below 15, counted as McCabe counts it)."""
+"""One builder of a pass (issue 38, item 3): the front-ends (the DataLoader, Pipeline,
+the DALI reader) assemble their engines through :func:`turbofeed.engine.build.build_pass`,
+and what each does around it stays simple enough to read (branch complexity below 15,
+counted as McCabe counts it)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
 import turbofeed
+from turbofeed.dali import batches as dali_batches
 from turbofeed.engine import build
+from turbofeed.engine.choose import OpenedData
 from turbofeed.pipeline import samples
 from turbofeed.torch import _iterator
 
@@ -57,7 +61,7 @@ def test_a_pass_is_assembled_simply(function):
     assert complexity(function) < 15
 
 
-@pytest.mark.parametrize("front", ["DataLoader", "Pipeline"])
+@pytest.mark.parametrize("front", ["DataLoader", "Pipeline", "DALI reader"])
 def test_every_front_end_builds_its_pass_through_the_builder(shards, monkeypatch, front):
     built = []
     real = build.build_pass
@@ -68,7 +72,14 @@ def test_every_front_end_builds_its_pass_through_the_builder(shards, monkeypatch
 
     monkeypatch.setattr(_iterator, "build_pass", counting)
     monkeypatch.setattr(samples, "build_pass", counting)
-    if front == "DataLoader":
+    monkeypatch.setattr(dali_batches, "build_pass", counting)
+    if front == "DALI reader":  # the callable DALI calls: no DALI needed
+        source = OpenedData.open(shards, on_error="replace", cache_dir=None, format=None, format_options=None,
+                                 storage=None, classes=None)
+        reader = dali_batches.DatasetBatches(source, batch_size=40, shuffle=False, seed=0, shard_id=0, num_shards=1)
+        assert sum(len(reader(SimpleNamespace(epoch_idx=0, iteration=i))[0]) for i in range(len(reader))) == 120
+        reader.close()
+    elif front == "DataLoader":
         loader = turbofeed.DataLoader(shards, batch_size=40, num_workers=1)
         assert sum(len(labels) for _, labels in loader) == 120
     else:

@@ -13,22 +13,21 @@ This module does not import DALI: the callable returns lists of NumPy arrays.
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..base.executor import Executor
 from ..base.ranks import check_pair, detect
 from ..decode.field_specs import FieldSpec
+from ..engine.build import PassOptions, build_pass
 from ..engine.choose import OpenedData
-from ..engine.policy import PassPolicy
-from ..engine.stream import fill_position
+from ..engine.run import Engine
 from ..errors import DatasetError, SampleError
-from ..io import pick_member
+from ..io import IndexedDataset, pick_member
 from ..plan import EpochPlan, make_epoch_plan
 
 _EMPTY = np.zeros(0, np.uint8)
@@ -74,8 +73,9 @@ class DatasetBatches:
     sample of this shard's order (same batch size), ``"skip"`` drops it, ``"raise"``
     raises :class:`~turbofeed.SampleError`.
 
-    Reads of one batch run on ``threads`` threads (``turbofeed-dali-fetch-<i>``; at most
-    ``threads`` reads in flight), started at the first call and stopped by :meth:`close`
+    Batches are read by the DataLoader's engine (:func:`turbofeed.engine.build.build_pass`,
+    reading each sample with :class:`SampleReader`): on ``threads`` worker threads, two
+    batches ahead of DALI's calls, started at the first call and stopped by :meth:`close`
     or when the object is collected.
 
     Args:
@@ -108,11 +108,13 @@ class DatasetBatches:
         self.fields = list(fields) if fields is not None else None
         self.return_keys = return_keys
         self.threads = threads
-        # the epoch asked for last, its plan and its pass's policy (samples found bad in it)
-        self._plan: tuple[int, EpochPlan, PassPolicy] | None = None
-        self._pool: list[Executor | None] = [None]  # started at the first batch of more than one read
+        # what each pass reads per sample: holds no ``self``, so the pass's threads do not
+        # keep this object (which DALI may drop) alive
+        self.read = SampleReader(self.dataset, self.fields, return_keys, self.label_dtype)
+        self._plan: tuple[int, EpochPlan] | None = None  # the epoch asked for last, and its plan
+        self._pass: list[_Pass | None] = [None]  # the running pass (closed with this object)
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _close_pool, self._pool)
+        self._finalizer = weakref.finalize(self, _close_pass, self._pass)
         if len(self) == 0:
             raise ValueError(f"batch_size={batch_size} with drop_last=True leaves no batch: shard {shard_id} "
                              f"of {num_shards} has {len(self.plan(0).order)} samples")
@@ -127,11 +129,12 @@ class DatasetBatches:
         if kept is not None and kept[0] == epoch:
             return kept[1]
         if kept is not None:  # a new epoch: re-index shards changed on disk, as a loader's pass does
+            _close_pass(self._pass)  # no pass reads them meanwhile
             self.source.refresh()
         plan = make_epoch_plan(self.dataset.num_samples, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.shard_id, world_size=self.num_shards,
                                drop_last=self.drop_last)
-        self._plan = (epoch, plan, self.source.policy.for_pass())
+        self._plan = (epoch, plan)
         return plan
 
     def __len__(self) -> int:
@@ -144,52 +147,61 @@ class DatasetBatches:
         Raises:
             StopIteration: the epoch has no batch ``info.iteration``.
         """
-        with self._lock:  # one plan at a time; DALI calls from one thread anyway
-            plan = self.plan(int(info.epoch_idx))
-            assert self._plan is not None  # plan() kept it, with its pass's policy
-            policy = self._plan[2]
-        index = int(info.iteration)
-        if index >= len(plan):
-            raise StopIteration
-        positions = list(plan.batch_positions(index))
-        samples = self._run(plan, policy, positions)
-        kept = [s for s in samples if s is not None]  # the policy counted those skipped
+        epoch, index = int(info.epoch_idx), int(info.iteration)
+        with self._lock:  # one batch at a time; DALI calls from one thread anyway
+            plan = self.plan(epoch)
+            if index >= len(plan):
+                raise StopIteration
+            kept = self._batch(epoch, plan, index)
         if not kept:  # DALI cannot take an empty batch; every sample of it was bad and skipped
-            raise DatasetError(f"batch {index} of epoch {info.epoch_idx} (shard {self.shard_id}): every sample "
+            raise DatasetError(f"batch {index} of epoch {epoch} (shard {self.shard_id}): every sample "
                                f"is bad and on_error='skip' dropped them all")
         self.source.stats.count("batches")
         self.source.stats.count("samples", len(kept))
         return tuple(list(column) for column in zip(*kept))
 
-    def _run(self, plan: EpochPlan, policy: PassPolicy,
-             positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
-        if self.threads == 1 or len(positions) == 1:
-            return [self._sample(plan, policy, p) for p in positions]
-        pool = self._pool[0]
-        if pool is None:
-            pool = self._pool[0] = Executor(self.threads, "dali-fetch")
-        step = -(-len(positions) // self.threads)
-        chunks = [positions[i:i + step] for i in range(0, len(positions), step)]
-        # a weak reference: an idle pool thread keeps its last task alive, and a task holding
-        # ``self`` would keep this object (and so its threads) alive after DALI dropped it
-        task = functools.partial(_read_chunk, weakref.ref(self), plan, policy)
-        return [s for chunk in pool.run_all(task, chunks) for s in chunk]
+    def _batch(self, epoch: int, plan: EpochPlan, index: int) -> list[tuple[np.ndarray, ...]]:
+        """Batch ``index`` of ``plan``'s pass: the running one where it is the batch it
+        yields next (DALI asks in order), else a pass started at that batch (DALI
+        restored a checkpoint, or a new epoch): the DataLoader's engine
+        (:func:`~turbofeed.engine.build.build_pass`) with :attr:`read` per sample, the
+        bad-sample policy (each pass, one epoch) and ``threads`` worker threads."""
+        running = self._pass[0]
+        if running is None or running.epoch != epoch or running.next != index:
+            _close_pass(self._pass)
+            options = PassOptions(self.dataset, self.source.stats, self.batch_size, self.threads, read=self.read)
+            engine = build_pass(options, plan, self.source.policy.for_pass(), epoch=epoch, start=index)
+            running = self._pass[0] = _Pass(epoch, index, engine)
+        try:
+            _, samples = next(running.engine)
+        except BaseException:  # a bad sample under "raise", or a storage fault: this pass is over
+            _close_pass(self._pass)
+            raise
+        running.next = index + 1
+        return samples
 
-    def _sample(self, plan: EpochPlan, policy: PassPolicy, position: int) -> tuple[np.ndarray, ...] | None:
-        """The outputs of the sample at ``position``, or of its replacement; None when
-        skipped: the bad-sample policy of the DataLoader's passes
-        (:func:`~turbofeed.engine.stream.fill_position`), each epoch one pass (a sample
-        found bad is not read again in it)."""
-        read: list[tuple[np.ndarray, ...]] = []
-        gid = fill_position(plan, position, lambda g: read.append(self._read(g)), policy)
-        return None if gid is None else read[-1]
+    def close(self) -> None:
+        """Stop the read threads and close the dataset's files; idempotent."""
+        self._finalizer()
+        self.dataset.close()
 
-    def _read(self, gid: int) -> tuple[np.ndarray, ...]:
-        """The outputs of sample ``gid``.
 
-        Raises:
-            SampleError: a bad sample (see the class docstring).
-        """
+class SampleReader:
+    """The outputs of one sample (the table in :class:`DatasetBatches`' docstring), read
+    on a pass's worker threads.
+
+    Raises (when called):
+        SampleError: a bad sample (no image, a bad label, a required field missing).
+    """
+
+    def __init__(self, dataset: IndexedDataset, fields: list[FieldSpec] | None, return_keys: bool,
+                 label_dtype: np.dtype) -> None:
+        self.dataset = dataset
+        self.fields = fields
+        self.return_keys = return_keys
+        self.label_dtype = label_dtype
+
+    def __call__(self, gid: int) -> tuple[np.ndarray, ...]:
         dataset = self.dataset
         if self.fields is None:
             why = dataset.bad.get(gid)
@@ -214,21 +226,17 @@ class DatasetBatches:
             out.append(np.frombuffer(dataset.sample_name(gid).encode(), np.uint8))
         return tuple(out)
 
-    def close(self) -> None:
-        """Stop the read threads and close the dataset's files; idempotent."""
-        self._finalizer()
-        self.dataset.close()
+
+@dataclass
+class _Pass:
+    """A running pass of :class:`DatasetBatches`: its epoch, the batch it yields next."""
+
+    epoch: int
+    next: int
+    engine: Engine
 
 
-def _read_chunk(ref: weakref.ref[DatasetBatches], plan: EpochPlan, policy: PassPolicy,
-                positions: list[int]) -> list[tuple[np.ndarray, ...] | None]:
-    batches = ref()
-    if batches is None:  # cannot happen while the caller waits on run_all: it holds the object
-        raise RuntimeError("turbofeed.dali: the reader was dropped while a batch was being read")
-    return [batches._sample(plan, policy, p) for p in positions]
-
-
-def _close_pool(holder: list[Executor | None]) -> None:
-    pool, holder[0] = holder[0], None
-    if pool is not None:
-        pool.close()
+def _close_pass(holder: list[_Pass | None]) -> None:
+    running, holder[0] = holder[0], None
+    if running is not None:
+        running.engine.close()

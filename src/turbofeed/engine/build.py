@@ -1,9 +1,11 @@
 """One builder of a pass: every front-end assembles its engine here.
 
-A front-end (:class:`turbofeed.DataLoader`, :class:`turbofeed.Pipeline`) decides its
+A front-end (:class:`turbofeed.DataLoader`, :class:`turbofeed.Pipeline`, the DALI
+reader's :class:`~turbofeed.dali.batches.DatasetBatches`) decides its
 options once and describes each pass with one frozen :class:`PassOptions` (the data,
 the transform the worker threads run, the decoder, the threads) and the batch stages of
-its own (the DataLoader's tensors and GPU copy, the Pipeline's samples).
+its own (the DataLoader's tensors and GPU copy, the Pipeline's samples; the DALI
+reader has none: its samples are what it reads).
 :func:`build_pass` then makes the stages in one place, in the order they run:
 
 1. ``fetch``: streamed shards downloaded ahead of the plan (``s3://`` and the other
@@ -59,6 +61,8 @@ class PassOptions:
         pool: the batch slots' maker (one output size), or None (per-sample outputs).
         shape: per-sample output of a decoded sample, where batches are not stacked.
         fetch_only: no decode: ``fetch_only(id, bytes)`` per sample.
+        read: no fetch of the sample's image and no decode: ``read(id)`` per sample (a
+            front-end reading the members itself: the DALI reader).
         callables: the user's per-sample callables after the fused decode.
     """
 
@@ -81,20 +85,22 @@ class PassOptions:
     shape: Callable[[int, Decoded], Any] | None = None
     fetch_only: Callable[[int, Any], Any] | None = None
     callables: Sequence[Callable[[Any], Any]] = ()
+    read: Callable[[int], Any] | None = None
 
 
 def build_pass(options: PassOptions, plan: EpochPlan, policy: PassPolicy, *, epoch: int,
-               then: Sequence[BatchStage] = ()) -> Engine:
-    """The engine of one pass over ``plan`` (epoch ``epoch``), its stages in the module
-    docstring's order, ``then`` last; ``policy`` is the pass's bad-sample policy, shared
-    by its threads and stages."""
+               then: Sequence[BatchStage] = (), start: int = 0) -> Engine:
+    """The engine of one pass over ``plan`` (epoch ``epoch``) from its batch ``start``,
+    its stages in the module docstring's order, ``then`` last; ``policy`` is the pass's
+    bad-sample policy, shared by its threads and stages."""
     image_field = None if options.fields is None else options.fields.image()
     work = SampleWork(options.dataset, options.transform, options.stats, seed=options.seed, epoch=epoch,
                       image_exts=None if image_field is None else image_field.exts, orient=options.orient)
     decode = decode_stage(work, plan, policy, batch_size=options.batch_size, decoder=options.decoder,
                           hybrid=options.hybrid, pool=options.pool, channels_last=options.channels_last,
                           shape=options.shape, fetch_only=options.fetch_only, callables=options.callables,
-                          fields=options.fields, user_errors=options.user_errors, num_workers=options.num_workers)
+                          fields=options.fields, user_errors=options.user_errors, num_workers=options.num_workers,
+                          read=options.read)
     fetch = fetch_stage(options.dataset, plan, options.layout, options.prefetch)
     return Engine(plan, decode, policy, then=then, num_workers=options.num_workers, prefetch=options.prefetch,
-                  timeout=options.timeout, fetch=fetch)
+                  timeout=options.timeout, fetch=fetch, start=start)

@@ -24,7 +24,7 @@ from .chunks import ChunkedCpuDecode, chunk_size, chunked
 from .fields import FieldReader, NoImage, WithFields
 from .policy import ErrorPolicy, PassPolicy
 from .slots import SlotPool
-from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu
+from .stages import DecodeStage, FusedCpuDecode, fetch_only as fetch_stage, per_sample_cpu, read_only
 from .stats import Stats
 from .work import Decoded, SampleWork
 
@@ -90,9 +90,11 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
                  channels_last: bool = False, shape: Callable[[int, Decoded], Any] | None = None,
                  fetch_only: Callable[[int, Any], Any] | None = None,
                  callables: Sequence[Callable[[Any], Any]] = (), fields: FieldOptions | None = None,
-                 user_errors: str = "raise", num_workers: int = 0) -> DecodeStage:
+                 user_errors: str = "raise", num_workers: int = 0,
+                 read: Callable[[int], Any] | None = None) -> DecodeStage:
     """The decode stage of a pass, from the front-end's options:
 
+    - ``read``: no fetch of the image, no decode: ``read(id)`` per sample (its own reads);
     - ``fetch_only``: no decode; ``fetch_only(id, bytes)`` per sample;
     - ``callables`` (the user's, after the fused ops; ``work`` has the fused part): the
       fused decode, then the callables, per sample (``(tensor, label)``);
@@ -113,6 +115,8 @@ def decode_stage(work: SampleWork, plan: EpochPlan, policy: PassPolicy, *, batch
     (:mod:`turbofeed.engine.usercode`).
     """
     transform: Compose | None = work.transform
+    if read is not None:
+        return read_only(batch_size, read)
     if fields is not None:
         reader = FieldReader(work, fields, user_errors=user_errors)
         if fields.image() is None:

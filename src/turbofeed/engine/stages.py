@@ -182,6 +182,11 @@ def fetch_only(work: SampleWork, batch_size: int, shape: Callable[[int, Any], An
     return PerSample(StageInfo("fetch", "sample", ("fetch",)), batch_size, lambda gid: shape(gid, work.fetch(gid)))
 
 
+def read_only(batch_size: int, read: Callable[[int], Any]) -> PerSample:
+    """The front-end's own reads (no fetch of the image, no decode): ``read(id)`` per sample."""
+    return PerSample(StageInfo("fetch", "sample", ("fetch",)), batch_size, read)
+
+
 def chw_with_label(gid: int, sample: Decoded) -> tuple[np.ndarray, int]:
     """The DataLoader's per-sample shape: a (3, H, W) uint8 array (flip applied) and its label."""
     pixels = sample.pixels[:, ::-1] if sample.flip else sample.pixels
