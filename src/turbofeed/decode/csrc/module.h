@@ -32,4 +32,10 @@ int tf_typed_all(PyObject **objs, const char **names, const char *codes, const P
                  Py_buffer *views);
 void tf_release_all(Py_buffer *views, int k);
 
+/* The 8 arrays of a chunk call's table (turbofeed/decode/chunk_calls.py: readable, source,
+ * fds, offsets, sizes, stamps, checked, labels) into items, borrowed; -1 with a
+ * ValueError when table is not a tuple of 8. */
+#define TF_TABLE_ARRAYS 8
+int tf_table_items(PyObject *table, PyObject **items);
+
 #endif

@@ -102,3 +102,12 @@ int tf_typed_all(PyObject **objs, const char **names, const char *codes, const P
     }
     return 0;
 }
+
+int tf_table_items(PyObject *table, PyObject **items) {
+    if (!PyTuple_Check(table) || PyTuple_Size(table) != TF_TABLE_ARRAYS) {
+        PyErr_SetString(PyExc_ValueError, "table must be a tuple of 8 arrays");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < TF_TABLE_ARRAYS; i++) items[i] = PyTuple_GetItem(table, i);
+    return 0;
+}

@@ -185,11 +185,7 @@ PyObject *tf_py_run_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs) {
                                      &objs[LABELS_OUT], &objs[IDS_OUT], &chw, &offset_obj, &factor_obj, &max_pixels,
                                      &emulate_ns))
         return NULL;
-    if (!PyTuple_Check(table) || PyTuple_Size(table) != 8) {
-        PyErr_SetString(PyExc_ValueError, "table must be a tuple of 8 arrays");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < 8; i++) objs[READABLE + i] = PyTuple_GetItem(table, i);
+    if (tf_table_items(table, objs + READABLE) < 0) return NULL;
     static const char *names[] = {"order", "readable", "source", "fds", "offsets", "sizes", "stamps", "checked",
                                   "labels", "program", "labels_out", "ids_out"};
     const Py_ssize_t any[K] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};

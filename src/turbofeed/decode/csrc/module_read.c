@@ -126,11 +126,7 @@ PyObject *tf_py_read_chunk_at(PyObject *self, PyObject *args, PyObject *kwargs) 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLLLOO|L:read_chunk_at", kwlist, &objs[ORDER], &first, &step,
                                      &count, &table, &objs[BUFFER], &max_pixels))
         return NULL;
-    if (!PyTuple_Check(table) || PyTuple_Size(table) != 8) {
-        PyErr_SetString(PyExc_ValueError, "table must be a tuple of 8 arrays");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < 8; i++) objs[READABLE + i] = PyTuple_GetItem(table, i);
+    if (tf_table_items(table, objs + READABLE) < 0) return NULL;
     static const char *names[] = {"order", "readable", "source", "fds", "offsets", "sizes", "stamps", "checked",
                                   "labels", "buffer"};
     const Py_ssize_t any[K] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
