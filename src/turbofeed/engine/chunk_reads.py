@@ -175,8 +175,7 @@ class ChunkReader:
                                            place[rows, 1], checks=checks, max_pixels=self.work.max_pixels)
             del files.held[:]  # reads done: the descriptors may be let go
             self.checked[gids[checks & (status[rows] == native.READ_OK)]] = True
-        if (status >= native.READ_CHANGED).any():
-            raise self.storage_error(status, head[:, 1], place[:, 0])
+        self.check_reads(status, head[:, 1], place[:, 0])
         return head
 
     def read_selected(self, job: Job, start: int, stop: int) -> Chunk:
@@ -199,17 +198,26 @@ class ChunkReader:
                                  max_pixels=self.work.max_pixels)
         del files.held[:]  # reads done: the descriptors may be let go
         status = head[:, 0]
-        if (status >= native.READ_CHANGED).any():
-            raise self.storage_error(head[:, 0], head[:, 1], gids)
+        self.check_reads(status, head[:, 1], gids)
         self.checked[gids[checks & (status == native.READ_OK)]] = True
         self.work.stats.add_fetch(time.perf_counter() - started, total)
         return Chunk(js, gids, buffer, starts, files.sizes, status, head[:, 1], head[:, 2], left)
 
-    def storage_error(self, status: np.ndarray, errnos: np.ndarray, gids: np.ndarray) -> StorageError:
-        """The error of the chunk's first sample (``gids[i]``) whose read failed
-        (``errnos[i]``, where ``status[i]`` says :data:`~turbofeed.decode.native.READ_ERRNO`)
-        or whose shard changed."""
-        i = int(np.flatnonzero((status >= native.READ_CHANGED) & (status <= native.READ_SHORT))[0])
+    def check_reads(self, status: np.ndarray, errnos: np.ndarray, gids: np.ndarray) -> None:
+        """Raise the storage fault of the chunk's first sample (``gids[i]``) whose read
+        failed (``errnos[i]``, where ``status[i]`` says
+        :data:`~turbofeed.decode.native.READ_ERRNO`), came up short or whose shard
+        changed, if one did: the codes of every native chunk call agree on these.
+
+        Raises:
+            StorageError: naming the shard.
+        """
+        faults = np.flatnonzero((status >= native.READ_CHANGED) & (status <= native.READ_SHORT))
+        if len(faults):
+            raise self.storage_error(int(faults[0]), status, errnos, gids)
+
+    def storage_error(self, i: int, status: np.ndarray, errnos: np.ndarray, gids: np.ndarray) -> StorageError:
+        """The error of the chunk's sample ``gids[i]``, whose ``status[i]`` is a storage fault."""
         gid = int(gids[i])
         ranges = self.ranges
         ref = ranges.ref(int(ranges.source[gid]))

@@ -116,9 +116,6 @@ class ChunkedCpuDecode(FusedCpuDecode):
         self.options = ChunkOptions(channels_first=channels_first, max_pixels=work.max_pixels,
                                     offset=None if spec is None else spec.offset,
                                     factor=None if spec is None else spec.factor)
-        # What the one native call per chunk reads (fill_chunk): the reader's (None
-        # where descriptors may be let go or the order is lazy)
-        self.table, self.order = self.reader.table, self.reader.order
 
     def fill_chunk(self, job: Job, start: int, stop: int) -> list[int]:
         """Fill positions ``start .. stop - 1`` of ``job``; returns the positions left
@@ -134,13 +131,13 @@ class ChunkedCpuDecode(FusedCpuDecode):
             StorageError: a shard vanished, changed or failed to read.
         """
         reader = self.reader
-        if self.table is None or reader.policy.any_bad():
+        if reader.table is None or reader.policy.any_bad():
             js, gids, left = reader.select(job, start, stop)
             return sorted(left + self.fill_rows(job, js, gids))
         started = time.perf_counter()
         at = job.positions[start:stop]
         slot: Slot = job.slot
-        codes, reading, nbytes = native.run_chunk_at(self.order, at.start, at.step, len(at), start, self.table,
+        codes, reading, nbytes = native.run_chunk_at(reader.order, at.start, at.step, len(at), start, reader.table,
                                                      self.program, self.epoch_key, slot.images, slot.labels,
                                                      job.ids, **self.options)
         if codes is not None:
@@ -154,12 +151,9 @@ class ChunkedCpuDecode(FusedCpuDecode):
         its seconds reading and bytes read): raise its storage fault, or run its rows
         whose shard was not open yet again through :meth:`fill_rows` (which opens it);
         the positions left for the per-sample path. The chunk's times are added once."""
-        status, errnos = codes[:, 0], codes[:, 1]
-        gids = self.order[at.start:at.stop:at.step]
-        if ((status >= native.READ_CHANGED) & (status <= native.READ_SHORT)).any():
-            raise self.reader.storage_error(status, errnos, gids)
-        if (status == native.RUN_NOMEM).any():
-            raise MemoryError("turbofeed: out of memory decoding a chunk")
+        status = codes[:, 0]
+        gids = self.reader.order[at.start:at.stop:at.step]
+        self.check_codes(status, codes[:, 1], gids)
         rows = np.flatnonzero(status == native.RUN_UNOPENED)
         left = (start + np.flatnonzero(status == native.RUN_GENERAL)).tolist()
         if len(rows):
@@ -168,6 +162,19 @@ class ChunkedCpuDecode(FusedCpuDecode):
             started, reading, nbytes = spent
             self.work.stats.add_chunk(reading, time.perf_counter() - started - reading, nbytes)
         return sorted(left)
+
+    def check_codes(self, status: np.ndarray, errnos: np.ndarray, gids: np.ndarray) -> None:
+        """Raise what a native chunk call's codes say past bad data: the first storage
+        fault (:meth:`ChunkReader.check_reads
+        <turbofeed.engine.chunk_reads.ChunkReader.check_reads>`), or no memory.
+
+        Raises:
+            StorageError: a shard vanished, changed or failed to read.
+            MemoryError: the decoder ran out of memory.
+        """
+        self.reader.check_reads(status, errnos, gids)
+        if (status == native.RUN_NOMEM).any():
+            raise MemoryError("turbofeed: out of memory decoding a chunk")
 
     def fill_rows(self, job: Job, js: np.ndarray, gids: np.ndarray,
                   spent: tuple[float, float, int] | None = None) -> list[int]:
@@ -192,10 +199,7 @@ class ChunkedCpuDecode(FusedCpuDecode):
         status = codes[:, 0]
         left: list[int] = []
         if status.any():
-            if ((status >= native.READ_CHANGED) & (status <= native.READ_SHORT)).any():
-                raise reader.storage_error(status, codes[:, 1], gids)
-            if (status == native.RUN_NOMEM).any():
-                raise MemoryError("turbofeed: out of memory decoding a chunk")
+            self.check_codes(status, codes[:, 1], gids)
             done = status == native.RUN_OK
             left = js[~done].tolist()
             js, gids = js[done], gids[done]
