@@ -311,12 +311,7 @@ def data_args(data: Any, caller: str, **given: Any) -> DataArgs:
     assert not unknown, unknown  # a front-end passes its own data keywords only
     if not isinstance(data, (Dataset, Mix)):
         return DataArgs(data, **given)
-    held = set(OPTIONS) | ({"weights", "epoch_size", "resample"} if isinstance(data, Mix) else {"weights"})
-    for name, value in given.items():
-        if name in held and (value is not False if name == "resample" else value is not None):
-            owner = "turbofeed.Dataset(..., " if name in OPTIONS else "turbofeed.mix([Dataset(...), ...], "
-            raise TypeError(f"{caller}() got a {type(data).__name__} and {name}={value!r:.60}: {name} belongs to the "
-                            f"data's description; pass {owner}{name}=...) instead")
+    _refuse_held(data, given, caller)
     first = data if isinstance(data, Dataset) else data.datasets[0]
     for name, value in first.options().items():
         if name not in given and value is not None:
@@ -342,6 +337,16 @@ def data_args(data: Any, caller: str, **given: Any) -> DataArgs:
     return DataArgs(paths, **{**given, **options, **{k: v for k, v in mixing.items() if k in given}})
 
 
+def _refuse_held(data: Dataset | Mix, given: Mapping[str, Any], caller: str) -> None:
+    """TypeError for a keyword set beside the description that holds it: given twice."""
+    held = set(OPTIONS) | (set(MIX_OPTIONS) if isinstance(data, Mix) else {"weights"})
+    for name, value in given.items():
+        if name in held and (value is not False if name == "resample" else value is not None):
+            owner = "turbofeed.Dataset(..., " if name in OPTIONS else "turbofeed.mix([Dataset(...), ...], "
+            raise TypeError(f"{caller}() got a {type(data).__name__} and {name}={value!r:.60}: {name} belongs to the "
+                            f"data's description; pass {owner}{name}=...) instead")
+
+
 def described(data: Any, keywords: dict[str, Any], caller: str, names: Sequence[str]) -> Any:
     """``data`` with the old data keywords a loader got (``keywords``, the ``**`` of its
     constructor, each one of ``names``) folded into the :class:`Dataset` or :func:`mix` they
@@ -349,9 +354,8 @@ def described(data: Any, keywords: dict[str, Any], caller: str, names: Sequence[
     itself when there are none.
 
     Raises:
-        TypeError: a keyword not in ``names`` (as Python says of any unexpected keyword),
-            one given under its old and new name, or one given with a description that
-            holds it (``data_args``' rule).
+        TypeError: a keyword not in ``names`` (Python's unexpected-keyword error), one
+            given under its old and new name, or one beside a description holding it.
     """
     for name in keywords:
         if name not in names:
@@ -368,11 +372,7 @@ def described(data: Any, keywords: dict[str, Any], caller: str, names: Sequence[
     given = {name: value for name, value in keywords.items() if value is not (False if name == "resample" else None)}
     mixing = {name: given[name] for name in MIX_OPTIONS if name in given}
     if isinstance(data, (Dataset, Mix)):
-        for name, value in given.items():  # with a description: data_args' rule
-            if name in OPTIONS or name == "weights" or isinstance(data, Mix):
-                owner = "turbofeed.Dataset(..., " if name in OPTIONS else "turbofeed.mix([Dataset(...), ...], "
-                raise TypeError(f"{caller}() got a {type(data).__name__} and {name}={value!r:.60}: {name} belongs "
-                                f"to the data's description; pass {owner}{name}=...) instead")
+        _refuse_held(data, given, caller)
         description = data
     elif mixing.get("weights") is not None:  # the parallel-list form: one dataset per entry
         description = mix([Dataset(item, **options) for item in ([data] if _is_path(data) else data)], **mixing)
